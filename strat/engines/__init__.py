@@ -1,0 +1,45 @@
+"""Inference engines behind one interface; `build_engine` picks the backend from config."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from strat.engines.base import Engine, Generation, SamplingParams
+
+__all__ = ["Engine", "Generation", "SamplingParams", "build_engine"]
+
+
+def build_engine(
+    backend: str,
+    model_path: str | os.PathLike[str],
+    *,
+    dtype: str = "float32",
+    max_model_len: int = 2048,
+    kv_cache_bytes: int = 64 * 2**20,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float = 0.85,
+    seed: int = 0,
+    trust_remote_code: bool = False,
+) -> Engine:
+    """An engine of `backend` (`vllm` or `hf`) over the model directory."""
+    if backend == "hf":
+        from strat.engines.hf import HFEngine
+
+        return HFEngine(model_path, dtype=dtype, trust_remote_code=trust_remote_code)
+    if backend == "vllm":
+        if importlib.util.find_spec("vllm") is None:
+            raise RuntimeError("the vllm backend needs vLLM: install the `cpu` or `gpu` extra, or set engine.backend=hf")
+        from strat.engines.vllm_engine import VLLMEngine
+
+        return VLLMEngine(
+            model_path,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            kv_cache_bytes=kv_cache_bytes,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            seed=seed,
+            trust_remote_code=trust_remote_code,
+        )
+    raise ValueError(f"unknown engine backend {backend!r} (allowed: vllm, hf)")

@@ -1,0 +1,137 @@
+"""The `hf` backend: plain transformers with a KV-cached decode loop (no vLLM needed)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from strat.engines.base import Engine, Generation, SamplingParams, stop_token_ids
+from strat.engines.sampling import sampling_logprobs
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class HFEngine(Engine):
+    """Batched sampling with per-prompt seeds, so a prompt's output does not depend on its batch."""
+
+    def __init__(
+        self, model_path: str | os.PathLike[str], dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self._tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
+        ).to(device)
+        self.model.eval()
+        self.device = torch.device(device)
+        self._stop_ids = stop_token_ids(self._tokenizer)
+        pad = self._tokenizer.pad_token_id
+        self._pad_id = pad if pad is not None else self._stop_ids[0]
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    @torch.inference_mode()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        if not prompts:
+            return []
+        batch = len(prompts)
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((batch, width), self._pad_id, dtype=torch.long)
+        attention = torch.zeros((batch, width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            if len(prompt) == 0:
+                raise ValueError("cannot generate from an empty prompt")
+            input_ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
+            attention[row, width - len(prompt) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        generators = None
+        if params.temperature > 0:
+            base = params.seed if params.seed is not None else int(torch.randint(0, 2**31 - 1, ()).item())
+            generators = [torch.Generator().manual_seed(_row_seed(base, row)) for row in range(batch)]
+
+        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1, :]
+        last_pos = positions[:, -1]
+        tokens: list[list[int]] = [[] for _ in range(batch)]
+        logps: list[list[float]] = [[] for _ in range(batch)]
+        done = [False] * batch
+        stops = set(self._stop_ids)
+        for _ in range(params.max_tokens):
+            logp = sampling_logprobs(logits, params.temperature, params.top_p).cpu()
+            if generators is None:
+                chosen = logp.argmax(dim=-1)
+            else:
+                probs = logp.exp()
+                chosen = torch.stack(
+                    [torch.multinomial(probs[row], 1, generator=generators[row])[0] for row in range(batch)]
+                )
+            next_ids = torch.full((batch,), self._pad_id, dtype=torch.long)
+            for row in range(batch):
+                if done[row]:
+                    continue
+                token = int(chosen[row])
+                tokens[row].append(token)
+                logps[row].append(float(logp[row, token]))
+                next_ids[row] = token
+                done[row] = token in stops
+            if all(done):
+                break
+            attention = torch.cat([attention, torch.ones((batch, 1), dtype=torch.long, device=self.device)], dim=1)
+            last_pos = last_pos + 1
+            out = self.model(
+                input_ids=next_ids[:, None].to(self.device),
+                attention_mask=attention,
+                position_ids=last_pos[:, None],
+                past_key_values=past,
+                use_cache=True,
+            )
+            past, logits = out.past_key_values, out.logits[:, -1, :]
+
+        results = []
+        for row, prompt in enumerate(prompts):
+            finished = bool(tokens[row]) and tokens[row][-1] in stops
+            results.append(
+                Generation(
+                    prompt_token_ids=tuple(prompt),
+                    token_ids=tuple(tokens[row]),
+                    logprobs=tuple(logps[row]),
+                    text=self._tokenizer.decode(tokens[row], skip_special_tokens=True),
+                    finish_reason="stop" if finished else "length",
+                )
+            )
+        return results
+
+    @torch.no_grad()
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        own = self.model.state_dict()
+        unknown = sorted(set(state) - set(own))
+        if unknown:
+            raise ValueError(f"weights not in the model: {', '.join(unknown[:5])}")
+        for name, tensor in state.items():
+            own[name].copy_(tensor.to(own[name].dtype))
+
+    def load_weights_dir(self, path: str | os.PathLike[str]) -> None:
+        from safetensors.torch import load_file
+
+        files = sorted(Path(path).glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"no .safetensors files in {path}")
+        state: dict[str, torch.Tensor] = {}
+        for file in files:
+            state.update(load_file(file))
+        self.load_state_dict(state)
+
+    def close(self) -> None:
+        self.model = None
+
+
+def _row_seed(seed: int, row: int) -> int:
+    """A distinct, stable seed per (batch seed, prompt index)."""
+    return (seed * 1_000_003 + row) % (2**63 - 1)

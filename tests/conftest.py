@@ -1,0 +1,32 @@
+"""Shared fixtures: a tiny model built once per test session, in a temporary cache."""
+
+import strat  # noqa: F401  (sets thread and offline defaults before torch is imported)
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keep tiny models and solver caches of the tests out of the user's cache, unless
+    STRAT_TEST_CACHE_DIR names a shared one."""
+    shared = os.environ.get("STRAT_TEST_CACHE_DIR")
+    os.environ["STRAT_CACHE_DIR"] = shared or str(tmp_path_factory.mktemp("strat-cache"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Kuhn poker model with seed 0."""
+    from strat import tiny_model
+
+    return tiny_model.build("kuhn_poker", tmp_path_factory.mktemp("models") / "tiny_a", seed=0)
+
+
+@pytest.fixture(scope="session")
+def other_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same architecture and tokenizer with other random weights (seed 1)."""
+    from strat import tiny_model
+
+    return tiny_model.build("kuhn_poker", tmp_path_factory.mktemp("models") / "tiny_b", seed=1)

@@ -1,0 +1,126 @@
+"""Configuration: shipped files validate; bad values are refused with the key, the value
+and what is accepted; overrides are typed; unbuilt features are refused, not ignored."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from strat.config import ConfigError, ExperimentConfig, load_config, parse_override, save_resolved
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_validate(path: Path) -> None:
+    assert isinstance(load_config(path), ExperimentConfig)
+
+
+def test_defaults_and_overrides() -> None:
+    config = load_config(DEFAULT, ["algorithm.group_size=4", "reasoning.temperature=0.7", "run.name=exp1"])
+    assert config.algorithm.group_size == 4
+    assert config.reasoning.temperature == 0.7
+    assert config.run_dir == Path("runs/exp1")
+    assert config.game.name == "kuhn_poker"
+    assert load_config(None).algorithm.advantage_mode == "hybrid"
+
+
+def test_override_values_are_yaml_typed() -> None:
+    assert parse_override("a.b=3") == (["a", "b"], 3)
+    assert parse_override("a=0.5") == (["a"], 0.5)
+    assert parse_override("a=true") == (["a"], True)
+    assert parse_override("a=[1, 2]") == (["a"], [1, 2])
+    assert parse_override("a=tiny:kuhn_poker") == (["a"], "tiny:kuhn_poker")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["algorithm.group_size=0"], "algorithm.group_size=0: Input should be greater than or equal to 1"),
+        (["algorithm.gruop_size=4"], "algorithm.gruop_size: unknown key (allowed: group_size,"),
+        (["nonsense.key=1"], "nonsense: unknown key (allowed: run, model,"),
+        (["model.path=/no/such/model"], "model.path='/no/such/model': no model directory"),
+        (["game.name=chess"], "game.name='chess': unknown game 'chess' (allowed:"),
+        (["algorithm.advantage_mode=both"], "algorithm.advantage_mode='both': Input should be 'outcome', 'process' or 'hybrid'"),
+        (["reasoning.depth=3"], "reasoning.depth=3: Input should be 0, 1 or 2"),
+        (["algorithm.format_penalty=-1.0"], "algorithm.format_penalty=-1.0:"),
+        (["algorithm.format_penalty=-2.0"], "algorithm.format_penalty=-2.0:"),
+        (["game.opponents=[{kind: scripted, name: minimax}]"], "game.opponents.0.name='minimax': not available for kuhn_poker"),
+        (["algorithm.kl_coef=0.1"], "kl_coef > 0 needs kl_type"),
+        (["resources.gpus_per_agent=1"], "resources.gpus_per_agent=1.0: GPU placement is not built yet"),
+        (["algorithm"], "is not of the form key.sub=value"),
+        (["algorithm.group_size.x=1"], "algorithm.group_size is a value, not a section"),
+    ],
+)
+def test_bad_values_are_refused_with_key_and_allowed(overrides: list[str], expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(DEFAULT, overrides)
+    message = str(caught.value)
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_format_penalty_must_be_worse_than_worst_return() -> None:
+    assert load_config(DEFAULT, ["algorithm.format_penalty=-2.01"]).algorithm.format_penalty == -2.01
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("run: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML at line"):
+        load_config(broken)
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(listing)
+
+
+def test_resolved_config_round_trips(tmp_path: Path) -> None:
+    config = load_config(DEFAULT, ["algorithm.lam=0.25"])
+    written = save_resolved(config, tmp_path / "run")
+    tree = yaml.safe_load(written.read_text())
+    assert tree["algorithm"]["lam"] == 0.25
+    assert tree["algorithm"]["clip_eps_high"] == 0.28  # defaults are written out too
+    assert load_config(written) == config
+
+
+def _strat(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "strat.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+
+
+def test_cli_check_prints_resolved_config() -> None:
+    done = _strat("check", str(DEFAULT), "algorithm.group_size=4")
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(done.stdout)["algorithm"]["group_size"] == 4
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["algorithm.group_size=0"], "algorithm.group_size=0"),
+        (["wrong.key=1"], "wrong: unknown key"),
+        (["model.path=/missing/model"], "model.path='/missing/model'"),
+    ],
+)
+def test_cli_bad_config_is_one_line_without_traceback(args: list[str], expected: str) -> None:
+    done = _strat("check", str(DEFAULT), *args)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("strat: error: ") and expected in lines[0]
+
+
+def test_cli_help_for_every_verb() -> None:
+    top = _strat("--help")
+    assert top.returncode == 0
+    for verb in ("check", "init-model", "play"):
+        assert verb in top.stdout
+        done = _strat(verb, "--help")
+        assert done.returncode == 0 and "Usage" in done.stdout, done.stderr

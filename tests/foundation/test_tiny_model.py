@@ -1,0 +1,66 @@
+"""`strat init-model`: deterministic, loadable, sized as promised, cached by content."""
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from strat import tiny_model
+from strat.cli import main
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_init_model_is_byte_identical_for_a_seed(tmp_path: Path) -> None:
+    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+        assert main(["init-model", "--game", "kuhn_poker", "--out", str(tmp_path / name), "--seed", str(seed)]) == 0
+    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
+    assert (tmp_path / "a" / "tokenizer.json").read_bytes() == (tmp_path / "b" / "tokenizer.json").read_bytes()
+    assert _digest(tmp_path / "a") != _digest(tmp_path / "c")
+
+
+def test_tiny_model_loads_and_is_tiny(tiny_model_dir: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert model.config.model_type == "qwen2"
+    params = sum(p.numel() for p in model.parameters())
+    assert 300_000 <= params <= 2_000_000, params
+    assert model.config.vocab_size == len(tokenizer)
+    text = "<|im_start|>user\nYou hold the King.<|im_end|>\n"
+    ids = tokenizer(text)["input_ids"]
+    assert tokenizer.decode(ids) == text
+    # Any bytes stay encodable (byte-level BPE): garbage from a model never breaks tokenizing.
+    assert tokenizer.decode(tokenizer("\x00\x7f ünïcode ✓")["input_ids"]) == "\x00\x7f ünïcode ✓"
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
+    assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    with torch.no_grad():
+        assert model(torch.tensor([ids])).logits.shape == (1, len(ids), len(tokenizer))
+
+
+def test_game_text_is_covered_by_merges(tiny_model_dir: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    # The tokenizer is trained on the game's text, so its words are few tokens, not bytes.
+    assert len(tokenizer("You hold the King.")["input_ids"]) <= 6
+
+
+def test_cache_is_reused_and_keyed_by_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = tiny_model.TinyModelSettings(corpus_games=20)
+    first = tiny_model.ensure("kuhn_poker", settings=settings)
+    mtime = (first / "model.safetensors").stat().st_mtime_ns
+    assert tiny_model.ensure("kuhn_poker", settings=settings) == first
+    assert (first / "model.safetensors").stat().st_mtime_ns == mtime
+
+    original = tiny_model.corpus
+    monkeypatch.setattr(tiny_model, "corpus", lambda game, s=settings: original(game, s) + ["A changed rule."])
+    changed = tiny_model.ensure("kuhn_poker", settings=settings)
+    assert changed != first and (changed / "config.json").is_file()
+
+
+def test_resolve_model_path_builds_tiny_models() -> None:
+    path = tiny_model.resolve_model_path("tiny:kuhn_poker")
+    assert (path / "model.safetensors").is_file()
+    assert tiny_model.resolve_model_path(str(path)) == path
