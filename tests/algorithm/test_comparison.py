@@ -1,0 +1,230 @@
+"""CoT comparison scorers on hand-made texts and episodes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from strat.comparison import (
+    AgreementPair,
+    ComparisonWeights,
+    agreement_scorer,
+    belief_accuracy,
+    card_values,
+    combine,
+    cosine_agreement,
+    dice_values,
+    item_values,
+    judge_messages,
+    judge_scorer,
+    parse_judge_score,
+    prediction_accuracy,
+    score_episodes,
+    token_f1,
+)
+from strat.records import NO_SCORE, Sections
+
+from .helpers import episode, turn
+
+
+def test_prediction_accuracy() -> None:
+    assert prediction_accuracy("Bet.", "bet") == 1.0
+    assert prediction_accuracy(" none ", "none") == 1.0
+    assert prediction_accuracy("pass", "bet") == 0.0
+    assert prediction_accuracy(None, "bet") == 0.0
+
+
+def test_belief_accuracy_cards() -> None:
+    truth = {"player_1": "King"}
+    assert belief_accuracy("They bet.\nbelief: King", truth, card_values) == 1.0
+    assert belief_accuracy("They bet.\nBELIEF:  the kings", truth, card_values) == 1.0
+    assert belief_accuracy("belief: Queen", truth, card_values) == 0.0
+    assert belief_accuracy("belief: King or Queen", truth, card_values) == 0.5
+    assert belief_accuracy("belief: Jack\nthen more\nbelief: King", truth, card_values) == 1.0
+    # Without the marker a card named in passing is not a claim.
+    assert belief_accuracy("I hold the King.", truth, card_values) == 0.0
+    assert belief_accuracy(None, truth, card_values) == 0.0
+    assert belief_accuracy("belief: player_1 King", truth, card_values) == 1.0
+
+
+def test_belief_accuracy_several_opponents() -> None:
+    truths = {"player_1": "King", "player_2": "Ace"}
+    assert belief_accuracy("belief: player 1 King; player_2 Jack", truths, card_values) == 0.5
+    assert belief_accuracy("belief: Player 2 ace; player 1 king", truths, card_values) == 1.0
+    assert belief_accuracy("belief: King", truths, card_values) == 0.0
+
+
+def test_belief_accuracy_dice_ignores_player_numbers() -> None:
+    truth = {"player_1": "2 5"}
+    assert dice_values("2 5") == ("2", "5")
+    assert belief_accuracy("belief: player 1 has 5 and 2", truth, dice_values) == 1.0
+    assert belief_accuracy("belief: 2 2", truth, dice_values) == 0.5
+    assert belief_accuracy("belief: 2 5 6", truth, dice_values) == pytest.approx(2 / 3)
+
+
+def test_token_f1_by_hand() -> None:
+    assert token_f1("a b c", "A, b d") == pytest.approx(2 / 3)
+    assert token_f1("a a b", "a b b") == pytest.approx(2 / 3)
+    assert token_f1("", "a") == 0.0
+    assert token_f1("x", "y") == 0.0
+
+
+def test_cosine_agreement() -> None:
+    assert cosine_agreement([1.0, 0.0], [2.0, 0.0]) == pytest.approx(1.0)
+    assert cosine_agreement([1.0, 1.0], [1.0, 0.0]) == pytest.approx(2**-0.5)
+    assert cosine_agreement([1.0, 0.0], [-1.0, 0.0]) == 0.0
+    assert cosine_agreement([0.0, 0.0], [1.0, 0.0]) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Score: 7", 0.7),
+        ("**Score:** 10", 1.0),
+        ("score of 3.5 because", 0.35),
+        ("I'd give it 8/10.", 0.8),
+        ("Score: 6/10, close", 0.6),
+        (" 4\n", 0.4),
+        ("Score: 11", None),
+        ("12/10", None),
+        ("they agree", None),
+        ("", None),
+    ],
+)
+def test_parse_judge_score(text: str, expected: float | None) -> None:
+    assert parse_judge_score(text) == (pytest.approx(expected) if expected is not None else None)
+
+
+def test_parse_judge_score_never_raises() -> None:
+    rng = random.Random(1)
+    pieces = ["Score", ":", " ", "7", "/10", "10", ".", "5", "999", "score of", "x", "\n", "-", "*"]
+    for _ in range(2000):
+        value = parse_judge_score("".join(rng.choice(pieces) for _ in range(rng.randint(0, 12))))
+        assert value is None or 0.0 <= value <= 1.0
+
+
+def test_judge_scorer_batches_and_parses() -> None:
+    pairs = [
+        AgreementPair("e", 0, "kuhn_poker", "they will fold", "player 0 is strong"),
+        AgreementPair("e", 2, "kuhn_poker", "", "anything"),
+        AgreementPair("e", 4, "kuhn_poker", "they will call", "weak"),
+    ]
+    prompts: list = []
+
+    def generate(batch: list) -> list[str]:
+        prompts.extend(batch)
+        return ["Score: 5", "no idea"]
+
+    assert judge_scorer(generate)(pairs) == [0.5, 0.0, None]
+    # The empty expectation is scored 0 without asking the judge.
+    assert len(prompts) == 2
+    assert "they will fold" in prompts[0][1]["content"] and "player 0 is strong" in prompts[0][1]["content"]
+    assert [m["role"] for m in judge_messages(pairs[0])] == ["system", "user"]
+    with pytest.raises(ValueError, match="completions"):
+        judge_scorer(lambda batch: [])(pairs)
+
+
+def test_agreement_scorer_choice() -> None:
+    pair = [AgreementPair("e", 0, "g", "a b", "a b")]
+    assert agreement_scorer("token_f1")(pair) == [1.0]
+    assert agreement_scorer("embedding", embed=lambda text: [1.0, float(len(text))])(pair) == [pytest.approx(1.0)]
+    with pytest.raises(ValueError, match="embed"):
+        agreement_scorer("embedding")
+    with pytest.raises(ValueError, match="generate"):
+        agreement_scorer("judge")
+
+
+def test_combine_and_weights() -> None:
+    weights = ComparisonWeights(predict=1.0, belief=2.0, agreement=1.0)
+    assert combine(1.0, 0.5, None, weights) == (pytest.approx(2 / 3), True)
+    assert combine(None, None, None, weights) == (NO_SCORE, False)
+    assert combine(1.0, None, None, ComparisonWeights(predict=0.0)) == (NO_SCORE, False)
+    with pytest.raises(ValueError, match="weights"):
+        ComparisonWeights(predict=0.0, belief=0.0, agreement=0.0)
+    with pytest.raises(ValueError, match="weights"):
+        ComparisonWeights(predict=-1.0)
+
+
+def _kuhn_self_play(depth: int = 2):
+    first = Sections(
+        past="No moves yet.\nbelief: Queen", their_view="a bet shows strength", plan="bet", predict="pass", action="bet"
+    )
+    second = Sections(
+        past="player 0 bet shows strength\nbelief: King",
+        their_view="calling",
+        plan="call",
+        predict="none",
+        action="bet",
+    )
+    if depth == 1:
+        first = Sections(past=first.past, plan="bet", predict="pass", action="bet")
+        second = Sections(past=second.past, plan="call", predict="none", action="bet")
+    return episode(
+        "k",
+        "g",
+        [turn("player_0", 0, "bet", first, depth), turn("player_1", 1, "bet", second, depth)],
+        {"player_0": 2.0, "player_1": -2.0},
+        ego=("player_0", "player_1"),
+        private_info={"player_0": "King", "player_1": "Queen"},
+    )
+
+
+def test_score_episode_by_hand() -> None:
+    [scored] = score_episodes([_kuhn_self_play()], ComparisonWeights())
+    first, second = scored.scores
+    # Turn 0: predicted pass, the opponent bet; no earlier opponent move, so no belief score;
+    # token F1 of {a, bet, shows, strength} vs {player, 0, bet, shows, strength, belief, king}: P 3/4, R 3/7.
+    assert (first.predict, first.belief) == (0.0, None)
+    assert first.agreement == pytest.approx(6 / 11)
+    assert first.score == pytest.approx(3 / 11) and first.comparable
+    # Turn 1: its call ends the game ("none" is right), it names player 0's King; nobody reads its move.
+    assert (second.predict, second.belief, second.agreement) == (1.0, 1.0, None)
+    assert second.score == 1.0 and second.comparable
+    [only_agreement] = score_episodes([_kuhn_self_play()], ComparisonWeights(predict=0.0, belief=0.0))
+    assert only_agreement.scores[0].score == pytest.approx(6 / 11)
+    assert not only_agreement.scores[1].comparable and only_agreement.scores[1].score == NO_SCORE
+
+
+def test_depth_decides_the_components() -> None:
+    [depth1] = score_episodes([_kuhn_self_play(depth=1)], ComparisonWeights())
+    assert [s.agreement for s in depth1.scores] == [None, None]
+    baseline = episode(
+        "d0",
+        "g",
+        [turn("player_0", 0, "bet", Sections(think="hm", action="bet"), 0), turn("player_1", 1)],
+        {"player_0": 1.0, "player_1": -1.0},
+        private_info={"player_0": "King", "player_1": "Queen"},
+    )
+    [scored] = score_episodes([baseline], ComparisonWeights())
+    assert [(s.turn_index, s.comparable, s.score) for s in scored.scores] == [(0, False, NO_SCORE)]
+
+
+def test_scripted_opponent_and_missing_sections() -> None:
+    ego = Sections(past="belief: King")  # depth 2 asked, most sections missing
+    ep = episode(
+        "s",
+        "g",
+        [turn("player_0", 0, "bet", ego, 2), turn("player_1", 1, "pass")],
+        {"player_0": 1.0, "player_1": -1.0},
+        private_info={"player_0": "Queen", "player_1": "King"},
+    )
+    [scored] = score_episodes([ep], ComparisonWeights())
+    # A missing <predict> scores 0; a scripted opponent wrote no <past>, so agreement is not compared.
+    assert [(s.predict, s.belief, s.agreement, s.comparable) for s in scored.scores] == [(0.0, None, None, True)]
+
+
+def test_unscored_games_have_no_belief() -> None:
+    ep = _kuhn_self_play()
+    ttt = episode("t", "g", list(ep.turns), ep.returns, ego=ep.ego_agents, game="tic_tac_toe", private_info={})
+    [scored] = score_episodes([ttt], ComparisonWeights())
+    assert [s.belief for s in scored.scores] == [None, None]
+
+
+def test_dice_and_item_extractors() -> None:
+    assert dice_values("belief: a six, then 2 fives") == ("6", "2", "5")
+    assert belief_accuracy("belief: they hold a six", {"player_1": "6"}, dice_values) == 1.0
+    assert item_values("book 6 hat 1 ball 1") == ("book=6", "hat=1", "ball=1")
+    assert belief_accuracy(
+        "belief: a book 6, a hat 2, a ball 1", {"player_1": "book 6 hat 1 ball 1"}, item_values
+    ) == pytest.approx(2 / 3)

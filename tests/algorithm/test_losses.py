@@ -1,0 +1,231 @@
+"""Losses on hand-computed 3-token examples: values, gradient signs, masking, ratio-1 equivalence, DPH generators."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from strat.losses import (
+    LossConfig,
+    aggregate,
+    clipped_surrogate,
+    dph_generator,
+    dph_rehearsal,
+    fiberpo_surrogate,
+    kl_penalty,
+    policy_loss,
+    rehearsal_loss,
+    token_logprobs,
+    truncated_is_weight,
+)
+
+FULL = torch.tensor([[True, True, True]])
+
+
+def _leaf(values: list[float]) -> torch.Tensor:
+    return torch.tensor([values], dtype=torch.float64, requires_grad=True)
+
+
+def _grad(loss: torch.Tensor, leaf: torch.Tensor) -> list[float]:
+    loss.backward()
+    return leaf.grad[0].tolist()
+
+
+def test_aggregate_token_mean_and_seq_mean() -> None:
+    values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 99.0, float("nan")]])
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    assert aggregate(values, mask, "token_mean").item() == 2.5
+    assert aggregate(values, mask, "seq_mean").item() == 3.0  # (2 + 4) / 2
+    assert aggregate(values, torch.zeros_like(mask), "seq_mean").item() == 0.0
+
+
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+def test_clipped_surrogate_by_hand(advantage: float) -> None:
+    # Ratios 1.5 (above 1 + 0.28), 1.0, 0.7 (below 1 - 0.2).
+    logprobs = _leaf([math.log(1.5), 0.0, math.log(0.7)])
+    out = clipped_surrogate(
+        logprobs, torch.zeros(1, 3, dtype=torch.float64), torch.tensor([advantage]), FULL, 0.2, 0.28, "token_mean"
+    )
+    grad = _grad(out.loss, logprobs)
+    if advantage > 0:
+        # -min(rA, clip(r)A) = -[1.28, 1, 0.7]; the first token is clipped and gets no gradient.
+        assert out.loss.item() == pytest.approx(-(1.28 + 1.0 + 0.7) / 3)
+        assert grad == pytest.approx([0.0, -1.0 / 3, -0.7 / 3])
+    else:
+        # -min(-r, -clip(r)) = [1.5, 1, 0.8]; the last token is clipped.
+        assert out.loss.item() == pytest.approx((1.5 + 1.0 + 0.8) / 3)
+        assert grad == pytest.approx([1.5 / 3, 1.0 / 3, 0.0])
+    assert out.clip_fraction.item() == pytest.approx(1 / 3)
+    assert out.ratio_min.item() == pytest.approx(0.7) and out.ratio_max.item() == pytest.approx(1.5)
+    assert out.ratio_mean.item() == pytest.approx(3.2 / 3)
+    # k3 of KL(current || proximal) = mean(1/r - 1 + log r).
+    assert out.approx_kl.item() == pytest.approx(sum(1 / r - 1 + math.log(r) for r in (1.5, 1.0, 0.7)) / 3)
+    assert out.divergence is None
+
+
+def test_seq_mean_weights_sequences_equally() -> None:
+    logprobs = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    out = clipped_surrogate(
+        logprobs, torch.zeros(2, 3, dtype=torch.float64), torch.tensor([1.0, 1.0]), mask, 0.2, 0.2, "seq_mean"
+    )
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(-1.0)
+    # Each sequence counts 1/2, spread over its own tokens.
+    assert logprobs.grad.flatten().tolist() == pytest.approx([-1 / 6, -1 / 6, -1 / 6, -1 / 2, 0.0, 0.0])
+
+
+def test_truncated_importance_weight() -> None:
+    proximal = torch.tensor([[math.log(3.0), math.log(0.5), 0.0]])
+    behaviour = torch.zeros(1, 3)
+    weight = truncated_is_weight(proximal, behaviour, torch.tensor([[True, True, False]]), cap=2.0)
+    assert weight[0].tolist() == pytest.approx([2.0, 0.5, 1.0])
+    logprobs = _leaf([0.0, 0.0, 0.0])
+    out = clipped_surrogate(
+        logprobs, torch.zeros(1, 3, dtype=torch.float64), torch.tensor([1.0]), FULL, 0.2, 0.2, "token_mean", weight
+    )
+    assert _grad(out.loss, logprobs) == pytest.approx([-2 / 3, -0.5 / 3, -1 / 3])
+
+
+def test_fiberpo_by_hand() -> None:
+    # l = [0.9, 0.3, 0.05]: rho = 1.25 / 3 > delta -> rho~ = 0.2; e = [0.7, 0.1, -0.15] -> e~ = [0.2, 0.1, -0.15].
+    logprobs = _leaf([0.9, 0.3, 0.05])
+    out = fiberpo_surrogate(
+        logprobs, torch.zeros(1, 3, dtype=torch.float64), torch.tensor([1.0]), FULL, 0.2, 0.2, "token_mean"
+    )
+    gates = [math.exp(0.4), math.exp(0.3), math.exp(0.05)]
+    assert out.loss.item() == pytest.approx(-sum(gates) / 3)
+    # rho~ is clipped (no gradient through it), the first residual is clipped too.
+    assert _grad(out.loss, logprobs) == pytest.approx([0.0, -gates[1] / 3, -gates[2] / 3])
+    assert out.clip_fraction.item() == 1.0
+
+
+def test_fiberpo_inside_the_budget_is_the_plain_ratio() -> None:
+    logprobs = _leaf([0.1, -0.05, 0.0])
+    out = fiberpo_surrogate(
+        logprobs, torch.zeros(1, 3, dtype=torch.float64), torch.tensor([-2.0]), FULL, 0.2, 0.2, "token_mean"
+    )
+    ratios = [math.exp(0.1), math.exp(-0.05), 1.0]
+    assert out.loss.item() == pytest.approx(2 * sum(ratios) / 3)
+    # The gate's Jacobian is the identity inside the budget: d/dl of -A exp(l) / 3.
+    assert _grad(out.loss, logprobs) == pytest.approx([2 * r / 3 for r in ratios])
+    assert out.clip_fraction.item() == 0.0
+
+
+def test_kl_estimators_by_hand() -> None:
+    # pi = 0.5 and ref = 0.25 on every token: log(pi / ref) = log 2.
+    ref = torch.full((1, 3), math.log(0.25), dtype=torch.float64)
+    logprobs = _leaf([math.log(0.5)] * 3)
+    k1 = kl_penalty(logprobs, ref, FULL, "k1", "token_mean")
+    assert k1.loss.item() == pytest.approx(math.log(2))
+    assert _grad(k1.loss, logprobs) == pytest.approx([1 / 3] * 3)
+    logprobs = _leaf([math.log(0.5)] * 3)
+    k3 = kl_penalty(logprobs, ref, FULL, "k3", "token_mean")
+    assert k3.loss.item() == pytest.approx(0.5 - 1 + math.log(2))
+    assert k3.divergence.item() == pytest.approx(k3.loss.item())
+    # d/dl (e^-l - 1 + l) = 1 - e^-l: positive when pi > ref, negative when pi < ref.
+    assert _grad(k3.loss, logprobs) == pytest.approx([0.5 / 3] * 3)
+    logprobs = _leaf([math.log(0.125)] * 3)
+    assert all(g < 0 for g in _grad(kl_penalty(logprobs, ref, FULL, "k3", "token_mean").loss, logprobs))
+
+
+def test_dph_rehearsal_by_hand() -> None:
+    initial = torch.full((1, 3), math.log(0.25), dtype=torch.float64)
+    logprobs = _leaf([math.log(0.5)] * 3)  # u = 2
+    forward = dph_rehearsal(logprobs, initial, FULL, "forward_kl", "token_mean")
+    assert forward.loss.item() == pytest.approx(2 - math.log(2) - 1)
+    assert _grad(forward.loss, logprobs) == pytest.approx([(2 - 1) / 3] * 3)  # d/dl (e^l - l - 1) = u - 1
+    logprobs = _leaf([math.log(0.5)] * 3)
+    js = dph_rehearsal(logprobs, initial, FULL, "js", "token_mean")
+    assert js.loss.item() == pytest.approx(2 * math.log(2) - 3 * math.log(1.5))
+    assert _grad(js.loss, logprobs) == pytest.approx([2 * math.log(4 / 3) / 3] * 3)  # u log(2u / (u + 1))
+    config = LossConfig(dph_divergence="js", dph_eta=0.1)
+    logprobs = _leaf([math.log(0.5)] * 3)
+    assert rehearsal_loss(config, logprobs, initial, FULL).loss.item() == pytest.approx(0.1 * js.loss.item())
+    with pytest.raises(ValueError, match="dph_divergence"):
+        rehearsal_loss(LossConfig(), logprobs, initial, FULL)
+
+
+@pytest.mark.parametrize("divergence", ["forward_kl", "js"])
+def test_dph_generators_zero_at_one_positive_elsewhere(divergence: str) -> None:
+    assert dph_generator(torch.tensor([0.0], dtype=torch.float64), divergence).item() == 0.0
+    log_u = torch.tensor([k / 10 for k in range(-80, 81) if k != 0], dtype=torch.float64)
+    assert bool(torch.all(dph_generator(log_u, divergence) > 0))
+    # Clamped as in DPH-RL: log-ratio to [-20, 20], value to [-10, 10].
+    assert dph_generator(torch.tensor([50.0]), divergence).item() == 10.0
+
+
+def _all_losses(logprobs, proximal, advantages, mask) -> dict[str, torch.Tensor]:
+    behaviour = proximal - 0.3
+    return {
+        "clip_token": clipped_surrogate(logprobs, proximal, advantages, mask, 0.2, 0.28, "token_mean").loss,
+        "clip_seq": clipped_surrogate(logprobs, proximal, advantages, mask, 0.2, 0.28, "seq_mean").loss,
+        "fiberpo_token": fiberpo_surrogate(logprobs, proximal, advantages, mask, 0.2, 0.2, "token_mean").loss,
+        "fiberpo_seq": fiberpo_surrogate(logprobs, proximal, advantages, mask, 0.2, 0.2, "seq_mean").loss,
+        "kl_k1": kl_penalty(logprobs, proximal, mask, "k1", "token_mean").loss,
+        "kl_k3": kl_penalty(logprobs, proximal, mask, "k3", "seq_mean").loss,
+        "dph_forward_kl": dph_rehearsal(logprobs, proximal, mask, "forward_kl", "token_mean").loss,
+        "dph_js": dph_rehearsal(logprobs, proximal, mask, "js", "token_mean").loss,
+        "policy_stale_kl": policy_loss(
+            LossConfig(kl_type="k3", kl_coef=0.1), logprobs, proximal, advantages, mask, behaviour, proximal - 0.1
+        ).loss,
+        "policy_fiberpo": policy_loss(LossConfig(fiberpo=True), logprobs, proximal, advantages, mask, behaviour).loss,
+    }
+
+
+def test_masked_tokens_get_exactly_zero_gradient() -> None:
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    garbage = float("inf")
+    for name in _all_losses(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), mask):
+        logprobs = torch.tensor([[-0.5, -1.0, 1e4], [-2.0, -garbage, 7.0]], requires_grad=True)
+        proximal = torch.tensor([[-0.7, -0.9, garbage], [-1.9, 3.0, -garbage]])
+        loss = _all_losses(logprobs, proximal, torch.tensor([1.0, -1.0]), mask)[name]
+        loss.backward()
+        assert torch.isfinite(loss), name
+        assert torch.all(logprobs.grad[~mask] == 0), name
+        assert torch.all(logprobs.grad[mask] != 0), name
+
+
+def test_with_ratio_one_every_variant_is_the_plain_policy_gradient() -> None:
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    advantages = torch.tensor([0.7, -1.3])
+    base = torch.tensor([[-0.5, -1.0, -2.0], [-0.1, -3.0, 0.0]], dtype=torch.float64)
+    for agg in ("token_mean", "seq_mean"):
+        reference = base.clone().requires_grad_(True)
+        plain = aggregate(-advantages[:, None] * reference, mask, agg)
+        plain.backward()
+        for config in (
+            LossConfig(loss_agg=agg),
+            LossConfig(loss_agg=agg, clip_eps_low=0.01, clip_eps_high=0.5),
+            LossConfig(loss_agg=agg, fiberpo=True, fiberpo_delta=0.05, fiberpo_eps=0.01),
+        ):
+            logprobs = base.clone().requires_grad_(True)
+            # Behaviour equal to proximal: on-policy, importance weight 1.
+            out = policy_loss(config, logprobs, base.detach(), advantages, mask, behaviour_logprobs=base.detach())
+            out.loss.backward()
+            assert out.loss.item() == pytest.approx(
+                aggregate(-advantages[:, None].expand(2, 3).double(), mask, agg).item()
+            )
+            assert torch.allclose(logprobs.grad, reference.grad), (agg, config)
+            assert out.clip_fraction.item() == 0.0 and out.ratio_mean.item() == 1.0
+
+
+def test_policy_loss_adds_the_kl_term() -> None:
+    logprobs = _leaf([-1.0, -1.0, -1.0])
+    ref = torch.full((1, 3), -1.5, dtype=torch.float64)
+    out = policy_loss(
+        LossConfig(kl_type="k1", kl_coef=0.5), logprobs, logprobs.detach(), torch.tensor([1.0]), FULL, ref_logprobs=ref
+    )
+    assert out.loss.item() == pytest.approx(-1.0 + 0.5 * 0.5)
+    assert out.divergence.item() == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="reference"):
+        policy_loss(LossConfig(kl_type="k1"), logprobs, logprobs.detach(), torch.tensor([1.0]), FULL)
+
+
+def test_token_logprobs_use_the_temperature() -> None:
+    logits = torch.tensor([[[2.0, 0.0], [0.0, 0.0]]])
+    ids = torch.tensor([[0, 1]])
+    at_two = token_logprobs(logits, ids, temperature=2.0)
+    assert at_two[0].tolist() == pytest.approx([math.log(math.e / (math.e + 1)), math.log(0.5)])
