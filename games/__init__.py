@@ -1,0 +1,9 @@
+"""Strat's games: PettingZoo AEC environments that an LLM plays through text."""
+
+from __future__ import annotations
+
+from games.base import GameSpec, TextGameEnv
+from games.corpus import text_corpus
+from games.registry import make, names, spec
+
+__all__ = ["GameSpec", "TextGameEnv", "make", "names", "spec", "text_corpus"]

@@ -1,0 +1,123 @@
+"""The interface every Strat game environment implements: a PettingZoo AEC env with text."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from functools import lru_cache
+
+import pyspiel
+from pettingzoo import AECEnv
+
+from games.parsing import ActionNameMatcher
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """Static facts about a game as configured."""
+
+    name: str
+    """Registry name, e.g. "kuhn_poker"."""
+    num_players: int
+    """Number of agents, named "player_0" ... "player_{n-1}"."""
+    return_range: tuple[float, float]
+    """(worst, best) return any agent can get by legal play."""
+    zero_sum: bool
+    """Whether the agents' returns always sum to zero."""
+    perfect_information: bool
+    """Whether every agent sees the whole state."""
+
+
+def agent_name(player: int) -> str:
+    """The agent id of seat `player`."""
+    return f"player_{player}"
+
+
+class TextGameEnv(AECEnv, abc.ABC):
+    """A PettingZoo AEC env that an LLM can play through text.
+
+    Actions are integers in the AEC API and short names in text; `parse_action` maps model
+    output back to an action id and never raises.
+    """
+
+    spec: GameSpec
+
+    @abc.abstractmethod
+    def rules(self) -> str:
+        """The game's rules, for a prompt."""
+
+    @abc.abstractmethod
+    def observation_text(self, agent: str) -> str:
+        """What `agent` sees now, as friendly text; never others' private information."""
+
+    @abc.abstractmethod
+    def history_text(self, agent: str) -> str:
+        """The public moves so far from `agent`'s perspective, one per line ("" at the start)."""
+
+    @abc.abstractmethod
+    def legal_actions(self, agent: str | None = None) -> list[int]:
+        """Legal action ids of `agent` (default: the agent to act); [] when it is not its turn."""
+
+    @abc.abstractmethod
+    def action_name(self, action: int, agent: str | None = None) -> str:
+        """The text name of action id `action`."""
+
+    @abc.abstractmethod
+    def all_action_names(self) -> list[str]:
+        """Every action name the game can ever use."""
+
+    @abc.abstractmethod
+    def private_info(self, agent: str) -> str:
+        """Training-only truth of `agent`'s private information as short text ("" if none)."""
+
+    @abc.abstractmethod
+    def returns(self) -> dict[str, float]:
+        """Each agent's return so far; the final returns once the game is over."""
+
+    @abc.abstractmethod
+    def info_state_string(self, agent: str) -> str:
+        """OpenSpiel's information-state string of `agent` (a policy-table key)."""
+
+    @property
+    @abc.abstractmethod
+    def pyspiel_state(self) -> pyspiel.State:
+        """The underlying OpenSpiel state; read it, do not change it."""
+
+    @abc.abstractmethod
+    def clone(self) -> TextGameEnv:
+        """An independent copy of this env, mid-game."""
+
+    def legal_action_names(self, agent: str | None = None) -> list[str]:
+        """Names of the legal actions of `agent` (default: the agent to act)."""
+        return [self.action_name(action, agent) for action in self.legal_actions(agent)]
+
+    def action_from_name(self, name: str, agent: str | None = None) -> int | None:
+        """The legal action that `name` spells (up to case and spacing), else None."""
+        return self._legal_action_named(self._matcher.exact(name), agent)
+
+    def parse_action(self, text: str, agent: str | None = None) -> int | None:
+        """The legal action that free text names, tolerating case, spacing and other words.
+
+        None when the text names no action, several different ones, or an illegal one.
+        """
+        if not isinstance(text, str):
+            return None
+        name = self._matcher.exact(text) or self._matcher.find(text)
+        return self._legal_action_named(name, agent)
+
+    @property
+    def _matcher(self) -> ActionNameMatcher:
+        return _matcher_for(tuple(self.all_action_names()))
+
+    def _legal_action_named(self, name: str | None, agent: str | None) -> int | None:
+        if name is None:
+            return None
+        for action in self.legal_actions(agent):
+            if self.action_name(action, agent) == name:
+                return action
+        return None
+
+
+@lru_cache(maxsize=64)
+def _matcher_for(names: tuple[str, ...]) -> ActionNameMatcher:
+    return ActionNameMatcher(names)

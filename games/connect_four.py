@@ -1,0 +1,51 @@
+"""Connect Four with text; moves are named by column, "column 1" (left) to "column 7"."""
+
+from __future__ import annotations
+
+import pyspiel
+
+from games.openspiel_env import OpenSpielEnv
+
+MARKS = ("X", "O")
+
+
+class ConnectFourEnv(OpenSpielEnv):
+    """Connect Four: player 0 plays X and moves first."""
+
+    game_name = "connect_four"
+
+    @classmethod
+    def _action_names(cls, game: pyspiel.Game) -> list[str]:
+        return [f"column {column + 1}" for column in range(game.num_distinct_actions())]
+
+    def rules(self) -> str:
+        options = self._config.game.get_parameters()
+        rows, columns, in_row = options["rows"], options["columns"], options["x_in_row"]
+        return (
+            f"Connect Four for 2 players on an upright board of {rows} rows and {columns} columns. "
+            "Player 0 plays X and moves first; player 1 plays O. On your turn, name a column that "
+            f'is not full, from "column 1" (left) to "column {columns}" (right): your piece falls '
+            f"to the lowest empty cell of that column. The first player with {in_row} pieces in a "
+            "line (across, up and down, or diagonal) wins: the winner's return is 1 and the "
+            "loser's -1. A full board with no such line is a draw: both get 0."
+        )
+
+    def observation_text(self, agent: str) -> str:
+        player = self._seats[agent]
+        rows = str(self._state).upper().strip().split("\n")
+        header = " ".join(str(column + 1) for column in range(len(rows[0])))
+        board = "\n".join([header] + [" ".join(row) for row in rows])
+        parts = [
+            f"You are player {player} and play {MARKS[player]}. "
+            f"The board, top row first (. is empty):\n{board}"
+        ]
+        parts.extend(self._moves_since_last_turn(player))
+        if self._state.is_terminal():
+            parts.append("The game is over.")
+        return "\n".join(parts)
+
+    def private_info(self, agent: str) -> str:
+        return ""
+
+    def _move_text(self, action: int, earlier: list[tuple[int, int]]) -> str:
+        return f"dropped a piece in {self.action_name(action)}"

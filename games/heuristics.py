@@ -1,0 +1,176 @@
+"""Heuristic players: the sensible rules a person would write for each game.
+
+Each policy maps (env, agent) to probabilities over the agent's legal actions; ties between
+equally good moves are broken uniformly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import comb
+
+import pyspiel
+
+from games.bargaining import BargainingEnv
+from games.base import TextGameEnv
+from games.connect_four import ConnectFourEnv
+from games.kuhn_poker import BET, PASS, KuhnPokerEnv
+from games.leduc_poker import CALL, FOLD, RAISE, LeducPokerEnv
+from games.liars_dice import LiarsDiceEnv
+from games.tic_tac_toe import TicTacToeEnv
+
+
+def kuhn_poker(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
+    """Bet, or call a bet, with one of the two highest cards; otherwise check, or fold."""
+    return _pick(BET if env.card(agent) >= env.spec.num_players - 1 else PASS)
+
+
+def leduc_poker(env: LeducPokerEnv, agent: str) -> dict[int, float]:
+    """Raise with a Queen, a King or a pair; otherwise check or call, but fold a Jack to a raise."""
+    card, public = env.card(agent), env.public_card()
+    legal = env.legal_actions(agent)
+    strong = card >= env.spec.num_players - 1 or card == public
+    if strong and RAISE in legal:
+        return _pick(RAISE)
+    if strong or FOLD not in legal:
+        return _pick(CALL)
+    return _pick(FOLD)
+
+
+def tic_tac_toe(env: TicTacToeEnv, agent: str) -> dict[int, float]:
+    """Win if possible, else block, else take the centre, then a corner, then a side."""
+    grid = _grid(env.pyspiel_state)
+    legal = env.legal_actions(agent)
+    mine, theirs = _marks(env.pyspiel_state)
+    for mark in (mine, theirs):
+        completing = [a for a in legal if _completes_line(grid, *divmod(a, 3), mark, 3)]
+        if completing:
+            return _uniform(completing)
+    for preferred in ([4], [0, 2, 6, 8], [1, 3, 5, 7]):
+        options = [a for a in preferred if a in legal]
+        if options:
+            return _uniform(options)
+    raise ValueError(f"{agent} has no legal move")
+
+
+def connect_four(env: ConnectFourEnv, agent: str) -> dict[int, float]:
+    """Win, else block, else avoid playing under the opponent's winning cell; centre first."""
+    grid = _grid(env.pyspiel_state)
+    legal = env.legal_actions(agent)
+    mine, theirs = _marks(env.pyspiel_state)
+    in_row = env.pyspiel_state.get_game().get_parameters()["x_in_row"]
+    landing = {a: (max(r for r in range(len(grid)) if grid[r][a] == "."), a) for a in legal}
+    for mark in (mine, theirs):
+        completing = [a for a in legal if _completes_line(grid, *landing[a], mark, in_row)]
+        if completing:
+            return _uniform(completing)
+    safe = [a for a in legal if not _sets_up(grid, landing[a], mine, theirs, in_row)]
+    options = safe or legal
+    centre = (len(grid[0]) - 1) / 2
+    nearest = min(abs(a - centre) for a in options)
+    return _uniform([a for a in options if abs(a - centre) == nearest])
+
+
+def liars_dice(env: LiarsDiceEnv, agent: str) -> dict[int, float]:
+    """Call "liar" when the last bid is less likely true than our best bid; else make that bid."""
+    dice = env.dice(agent)
+    unseen = env.dice_per_player * (env.spec.num_players - 1)
+    current = env.current_bid()
+    bids = [a for a in env.legal_actions(agent) if a != env.liar_action]
+
+    def chance_true(action: int) -> float:
+        count, face = env.bid(action)
+        have = sum(1 for d in dice if d == face or d == env.sides)
+        p = 1 / env.sides if face == env.sides else 2 / env.sides
+        return _at_least(count - have, unseen, p)
+
+    if not bids:
+        return _pick(env.liar_action)
+    best = max(chance_true(a) for a in bids)
+    if current is not None and 1 - chance_true(current) > best:
+        return _pick(env.liar_action)
+    return _pick(min(a for a in bids if chance_true(a) == best))
+
+
+def bargaining(env: BargainingEnv, agent: str) -> dict[int, float]:
+    """Accept a fair share (anything on the last turn); otherwise ask for a 7-point share."""
+    values, pool = env.values(agent), env.pool()
+    legal = env.legal_actions(agent)
+    latest = env.last_offer()
+
+    def worth(taken: tuple[int, ...]) -> int:
+        return sum(q * v for q, v in zip(taken, values))
+
+    if env.agree_action in legal and latest is not None:
+        offered = worth(tuple(q - t for q, t in zip(pool, env.offer(latest[1]))))
+        last_turn = env.turn() == env.max_turns - 1
+        if offered >= 6 or (last_turn and offered > 0):
+            return _pick(env.agree_action)
+    offers = [a for a in legal if a != env.agree_action]
+    target = min(7, worth(pool))
+    enough = [a for a in offers if worth(env.offer(a)) >= target]
+    fewest = min(sum(env.offer(a)) for a in enough)
+    return _uniform([a for a in enough if sum(env.offer(a)) == fewest])
+
+
+POLICIES: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
+    "kuhn_poker": kuhn_poker,
+    "leduc_poker": leduc_poker,
+    "tic_tac_toe": tic_tac_toe,
+    "connect_four": connect_four,
+    "liars_dice": liars_dice,
+    "bargaining": bargaining,
+}
+
+
+def _pick(action: int) -> dict[int, float]:
+    return {action: 1.0}
+
+
+def _uniform(actions: list[int]) -> dict[int, float]:
+    return dict.fromkeys(actions, 1.0 / len(actions))
+
+
+def _at_least(needed: int, n: int, p: float) -> float:
+    """P(Binomial(n, p) >= needed)."""
+    if needed <= 0:
+        return 1.0
+    return sum(comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(needed, n + 1))
+
+
+def _grid(state: pyspiel.State) -> list[list[str]]:
+    """The board as rows of "x", "o" and "." (top row first)."""
+    return [list(row) for row in str(state).strip().split("\n")]
+
+
+def _marks(state: pyspiel.State) -> tuple[str, str]:
+    """(mark of the player to move, mark of the other player)."""
+    return ("x", "o") if state.current_player() == 0 else ("o", "x")
+
+
+def _completes_line(grid: list[list[str]], row: int, col: int, mark: str, length: int) -> bool:
+    """Whether putting `mark` at (row, col) makes a line of `length` of that mark."""
+    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
+        run = 1
+        for sign in (1, -1):
+            r, c = row + sign * dr, col + sign * dc
+            while 0 <= r < len(grid) and 0 <= c < len(grid[0]) and grid[r][c] == mark:
+                run += 1
+                r, c = r + sign * dr, c + sign * dc
+        if run >= length:
+            return True
+    return False
+
+
+def _sets_up(
+    grid: list[list[str]], cell: tuple[int, int], mine: str, theirs: str, length: int
+) -> bool:
+    """Whether playing `cell` lets the opponent complete a line in the cell just above it."""
+    row, col = cell
+    if row == 0:
+        return False
+    grid[row][col] = mine
+    try:
+        return _completes_line(grid, row - 1, col, theirs, length)
+    finally:
+        grid[row][col] = "."

@@ -1,0 +1,64 @@
+"""Kuhn poker (2 or more players) with text."""
+
+from __future__ import annotations
+
+import pyspiel
+
+from games.cards import rank_names
+from games.openspiel_env import OpenSpielEnv
+
+PASS, BET = 0, 1
+
+
+class KuhnPokerEnv(OpenSpielEnv):
+    """Kuhn poker: one private card each, one betting round; option `players` (default 2)."""
+
+    game_name = "kuhn_poker"
+
+    @classmethod
+    def _action_names(cls, game: pyspiel.Game) -> list[str]:
+        return ["pass", "bet"]
+
+    @property
+    def _ranks(self) -> tuple[str, ...]:
+        return rank_names(self.spec.num_players + 1)
+
+    def rules(self) -> str:
+        n = self.spec.num_players
+        ranks = self._ranks
+        return (
+            f"Kuhn poker for {n} players. The deck has {n + 1} cards, one of each rank: "
+            f"{' < '.join(ranks)}. Each player puts 1 chip in the pot (the ante) and is dealt one "
+            "private card; the other cards stay hidden. Players act once each in turn, starting "
+            'with player 0, choosing "pass" or "bet". Before anyone has bet, "pass" checks and '
+            '"bet" puts 1 more chip in the pot. Once someone has bet, every other player gets one '
+            'turn: "bet" calls (puts 1 chip in) and "pass" folds (gives up the pot). The pot goes '
+            "to the player with the highest card among those who did not fold; if everyone but "
+            "the bettor folds, the bettor takes it without a showdown. Your return is the chips "
+            "you win minus the chips you put in."
+        )
+
+    def observation_text(self, agent: str) -> str:
+        player = self._seats[agent]
+        moves = [action for p, action in self._events() if p >= 0]
+        pot = self.spec.num_players + moves.count(BET)
+        parts = [f"You are player {player}. You hold the {self.private_info(agent)}."]
+        parts.extend(self._moves_since_last_turn(player))
+        if not moves and player == self._current:
+            parts.append("You act first.")
+        parts.append(f"The pot has {pot} chips.")
+        if self._state.is_terminal():
+            parts.append("The hand is over.")
+        return " ".join(parts)
+
+    def card(self, agent: str) -> int:
+        """Rank of `agent`'s card: 0 is the lowest (Jack), num_players the highest."""
+        return self._state.history()[self._seats[agent]]
+
+    def private_info(self, agent: str) -> str:
+        return self._ranks[self.card(agent)]
+
+    def _move_text(self, action: int, earlier: list[tuple[int, int]]) -> str:
+        if any(player >= 0 and move == BET for player, move in earlier):
+            return "called" if action == BET else "folded"
+        return "bet" if action == BET else "checked"

@@ -1,0 +1,95 @@
+"""Leduc poker with text."""
+
+from __future__ import annotations
+
+import re
+
+import pyspiel
+
+from games.cards import rank_names
+from games.openspiel_env import OpenSpielEnv
+
+FOLD, CALL, RAISE = 0, 1, 2
+_ANTES = re.compile(r"\[Ante: ([\d ]+)\]")
+
+
+class LeducPokerEnv(OpenSpielEnv):
+    """Leduc poker: a private card each, a public card after round one, two betting rounds."""
+
+    game_name = "leduc_poker"
+    fixed_options = {"action_mapping": False, "suit_isomorphism": False}
+
+    @classmethod
+    def _action_names(cls, game: pyspiel.Game) -> list[str]:
+        return ["fold", "call", "raise"]
+
+    @property
+    def _ranks(self) -> tuple[str, ...]:
+        return rank_names(self.spec.num_players + 1)
+
+    def rules(self) -> str:
+        n = self.spec.num_players
+        ranks = ", ".join(f"two {rank}s" for rank in self._ranks)
+        return (
+            f"Leduc poker for {n} players. The deck has {2 * (n + 1)} cards: {ranks} "
+            f"({' < '.join(self._ranks)}). Each player puts 1 chip in the pot (the ante) and is "
+            "dealt one private card. There are two betting rounds; after the first, one public "
+            "card is revealed. In a round players act in turn, starting with player 0: "
+            '"raise" matches the current bet and adds 2 chips in round 1 or 4 chips in round 2 '
+            '(at most two raises per round); "call" matches the current bet, or checks when there '
+            'is none; "fold", only when facing a bet, gives up the pot. A round ends when everyone '
+            "has called the last raise or checked. At the showdown a player whose card pairs the "
+            "public card wins; otherwise the highest card wins, and equal ranks split the pot. "
+            "Your return is the chips you win minus the chips you put in."
+        )
+
+    def observation_text(self, agent: str) -> str:
+        player = self._seats[agent]
+        state = self._state
+        parts = [f"You are player {player}. You hold a {self.private_info(agent)}."]
+        public = self.public_card()
+        if public is None:
+            parts.append("No public card yet.")
+        else:
+            parts.append(f"The public card is a {self._ranks[public]}.")
+        antes = [int(x) for x in _ANTES.search(state.observation_string(player)).group(1).split()]
+        others = ", ".join(
+            f"{self._who(p, player).lower()} {chips}"
+            for p, chips in enumerate(antes)
+            if p != player
+        )
+        parts.append(f"The pot has {sum(antes)} chips: you put in {antes[player]}, {others}.")
+        parts.extend(self._moves_since_last_turn(player))
+        if state.is_terminal():
+            parts.append("The hand is over.")
+        return " ".join(parts)
+
+    def card(self, agent: str) -> int:
+        """Rank of `agent`'s private card: 0 (Jack) to num_players (King for two players)."""
+        return self._state.history()[self._seats[agent]] // 2
+
+    def public_card(self) -> int | None:
+        """Rank of the public card, or None before it is dealt."""
+        deals = [action for player, action in self._events() if player == pyspiel.PlayerId.CHANCE]
+        return deals[-1] // 2 if len(deals) > self.spec.num_players else None
+
+    def private_info(self, agent: str) -> str:
+        return self._ranks[self.card(agent)]
+
+    def _chance_text(self, index: int, outcome: int, viewer: int) -> str:
+        if index < self.spec.num_players:
+            return ""
+        return f"The public card is a {self._ranks[outcome // 2]}."
+
+    def _move_text(self, action: int, earlier: list[tuple[int, int]]) -> str:
+        if action == FOLD:
+            return "folded"
+        if action == RAISE:
+            return "raised"
+        return "called" if _raises_in_round(earlier) else "checked"
+
+
+def _raises_in_round(events: list[tuple[int, int]]) -> int:
+    """Raises since the last chance event (a deal starts each betting round)."""
+    start = max(i for i, (player, _) in enumerate(events) if player == pyspiel.PlayerId.CHANCE)
+    return sum(1 for _, action in events[start + 1:] if action == RAISE)

@@ -1,0 +1,188 @@
+"""Opponents: the interface, equilibrium exploitability, heuristic strength, minimax optimality."""
+
+from __future__ import annotations
+
+import functools
+import math
+import random
+import statistics
+
+import pyspiel
+import pytest
+from open_spiel.python import policy as policy_lib
+from open_spiel.python.algorithms import exploitability
+
+import games
+from games import equilibrium
+from games.opponents import Opponent, make_opponent, opponent_names
+
+
+def tabular_policy(
+    name: str, opponent: Opponent, **options
+) -> tuple[pyspiel.Game, policy_lib.TabularPolicy]:
+    """`opponent`'s play at every information state of the game, as an OpenSpiel policy."""
+    env = games.make(name, **options)
+    game = env.pyspiel_state.get_game()
+
+    def probs(state: pyspiel.State) -> dict[int, float]:
+        env.load_state(state)
+        return opponent.action_probs(env, f"player_{state.current_player()}")
+
+    return game, policy_lib.tabular_policy_from_callable(game, probs)
+
+
+def mean_return(name: str, hero: str, villain: str, deals: int, **options) -> tuple[float, float]:
+    """Mean and standard error of `hero`'s return against `villain` in every other seat.
+
+    Each deal (seed) is played once with `hero` in each seat, which cancels most card luck.
+    """
+    env = games.make(name, **options)
+    n = env.spec.num_players
+    hero_player = make_opponent(hero, name, seed=1, **options)
+    villain_player = make_opponent(villain, name, seed=2, **options)
+    per_deal = []
+    for deal in range(deals):
+        total = 0.0
+        for seat in range(n):
+            env.reset(seed=deal)
+            hero_agent = f"player_{seat}"
+            for agent in env.agent_iter():
+                if env.terminations[agent]:
+                    env.step(None)
+                    continue
+                player = hero_player if agent == hero_agent else villain_player
+                env.step(player.act(env, agent))
+            total += env.returns()[hero_agent]
+        per_deal.append(total / n)
+    return statistics.fmean(per_deal), statistics.stdev(per_deal) / math.sqrt(deals)
+
+
+def test_opponent_names_and_errors():
+    assert opponent_names("kuhn_poker") == ["random", "heuristic", "equilibrium"]
+    assert opponent_names("leduc_poker") == ["random", "heuristic", "equilibrium"]
+    assert opponent_names("tic_tac_toe") == ["random", "heuristic", "minimax"]
+    for name in ("liars_dice", "bargaining", "connect_four"):
+        assert opponent_names(name) == ["random", "heuristic"]
+    with pytest.raises(ValueError, match="'minimax' is not available.*kuhn_poker"):
+        make_opponent("minimax", "kuhn_poker")
+    with pytest.raises(ValueError, match="unknown opponent 'genius'.*random"):
+        make_opponent("genius", "kuhn_poker")
+    with pytest.raises(ValueError, match="unknown game 'chess'"):
+        opponent_names("chess")
+
+
+@pytest.mark.parametrize("name", games.names())
+def test_action_probs_are_distributions_over_legal_actions(name):
+    env = games.make(name)
+    opponents = [make_opponent(o, name, seed=0) for o in opponent_names(name)]
+    rng = random.Random(0)
+    for game in range(20):
+        env.reset(seed=game)
+        for agent in env.agent_iter():
+            if env.terminations[agent]:
+                env.step(None)
+                continue
+            for opponent in opponents:
+                probs = opponent.action_probs(env, agent)
+                assert set(probs) <= set(env.legal_actions())
+                assert math.isclose(sum(probs.values()), 1.0, abs_tol=1e-9)
+                assert opponent.act(env, agent) in env.legal_actions()
+            env.step(rng.choice(env.legal_actions()))
+
+
+def test_opponents_are_reproducible_for_a_seed():
+    env = games.make("leduc_poker")
+    env.reset(seed=0)
+    first = [make_opponent("random", "leduc_poker", seed=5).act(env, "player_0") for _ in range(5)]
+    second = [make_opponent("random", "leduc_poker", seed=5).act(env, "player_0") for _ in range(5)]
+    assert first == second
+
+
+@pytest.mark.parametrize(("name", "bound"), [("kuhn_poker", 0.001), ("leduc_poker", 0.02)])
+def test_equilibrium_exploitability(name, bound):
+    game, policy = tabular_policy(name, make_opponent("equilibrium", name))
+    assert exploitability.exploitability(game, policy) < bound
+    _, uniform = tabular_policy(name, make_opponent("random", name))
+    assert exploitability.exploitability(game, uniform) > 0.4
+
+
+def test_equilibrium_three_player_kuhn_is_near_nash():
+    opponent = make_opponent("equilibrium", "kuhn_poker", players=3)
+    game, policy = tabular_policy("kuhn_poker", opponent, players=3)
+    assert exploitability.nash_conv(game, policy) < 0.003
+
+
+def test_equilibrium_is_cached_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("STRAT_CACHE_DIR", str(tmp_path))
+    equilibrium._policy_table.cache_clear()
+    try:
+        table = equilibrium.policy_table("kuhn_poker")
+        files = list(tmp_path.iterdir())
+        assert [f.suffix for f in files] == [".json"]
+        equilibrium._policy_table.cache_clear()
+        assert equilibrium.policy_table("kuhn_poker") == table
+        assert len(table) == 12
+    finally:
+        equilibrium._policy_table.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "deals"),
+    [("kuhn_poker", {}, 3000), ("kuhn_poker", {"players": 3}, 1500), ("leduc_poker", {}, 5000)],
+)
+def test_poker_heuristic_beats_random_and_loses_to_equilibrium(name, options, deals):
+    mean, error = mean_return(name, "heuristic", "random", deals // 4, **options)
+    assert mean - 1.96 * error > 0, (mean, error)
+    mean, error = mean_return(name, "heuristic", "equilibrium", deals, **options)
+    assert mean + 1.96 * error < 0, (mean, error)
+
+
+@pytest.mark.parametrize("name", ["tic_tac_toe", "connect_four", "liars_dice", "bargaining"])
+def test_heuristic_does_better_than_random(name):
+    heuristic, error = mean_return(name, "heuristic", "random", 150)
+    baseline, baseline_error = mean_return(name, "random", "random", 150)
+    assert heuristic - baseline > 1.96 * math.hypot(error, baseline_error), (heuristic, baseline)
+
+
+@functools.cache
+def negamax(board: tuple[str, ...], mark: str) -> int:
+    """Value of `board` for the player about to place `mark` (1 win, 0 draw, -1 loss)."""
+    lines = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
+    other = "o" if mark == "x" else "x"
+    if any(board[a] == board[b] == board[c] == other for a, b, c in lines):
+        return -1
+    empty = [i for i, cell in enumerate(board) if cell == "."]
+    if not empty:
+        return 0
+    return max(-negamax(board[:i] + (mark,) + board[i + 1:], other) for i in empty)
+
+
+def test_minimax_plays_optimally_at_every_reachable_state():
+    env = games.make("tic_tac_toe")
+    minimax = make_opponent("minimax", "tic_tac_toe")
+    game = env.pyspiel_state.get_game()
+    seen: set[str] = set()
+    stack = [game.new_initial_state()]
+    while stack:
+        state = stack.pop()
+        if state.is_terminal() or str(state) in seen:
+            continue
+        seen.add(str(state))
+        board = tuple("".join(str(state).split()))
+        mark = "x" if state.current_player() == 0 else "o"
+        value = negamax(board, mark)
+        env.load_state(state)
+        agent = f"player_{state.current_player()}"
+        for action in minimax.action_probs(env, agent):
+            child = board[:action] + (mark,) + board[action + 1:]
+            assert -negamax(child, "o" if mark == "x" else "x") == value, (str(state), action)
+        stack.extend(state.child(action) for action in state.legal_actions())
+    assert len(seen) == 4520  # non-terminal positions of tic-tac-toe
+
+
+def test_equilibrium_for_other_options_fails_clearly():
+    env = games.make("kuhn_poker", players=3)
+    env.reset(seed=0)
+    two_player = make_opponent("equilibrium", "kuhn_poker")
+    with pytest.raises(ValueError, match="same options as the env"):
+        two_player.act(env, env.agent_selection)
