@@ -9,6 +9,10 @@ _DEFAULTS = {
     # With 2 threads small ops stall on a 2-core box; users can raise it.
     "OMP_NUM_THREADS": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    # Keep the console for Strat's own progress: no per-file loading bars.
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "VLLM_LOGGING_LEVEL": "WARNING",
 }
 
 

@@ -60,8 +60,13 @@ def save(
     optimizer: torch.optim.Optimizer | None,
     loop_state: dict[str, Any],
     keep: int,
+    extra_weights: dict[str, dict[str, torch.Tensor]] | None = None,
 ) -> Checkpoint:
-    """Write `checkpoints/step_<step>/` atomically (staging dir, marker, rename), keep the last `keep`."""
+    """Write `checkpoints/step_<step>/` atomically (staging dir, marker, rename), keep the last `keep`.
+
+    `extra_weights` (e.g. the frozen snapshot opponent) go to `<name>/model.safetensors`."""
+    from safetensors.torch import save_file
+
     target = checkpoint_dir(run_dir, step)
     staging = target.with_name(target.name + ".partial")
     if staging.exists():
@@ -71,6 +76,9 @@ def save(
     tokenizer.save_pretrained(staging)
     if optimizer is not None:
         torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+    for name, state in (extra_weights or {}).items():
+        (staging / name).mkdir()
+        save_file({k: v.contiguous() for k, v in state.items()}, staging / name / "model.safetensors")
     (staging / "rng.json").write_text(json.dumps(rng_state()))
     (staging / "loop_state.json").write_text(json.dumps({"step": step, **loop_state}, indent=2))
     (staging / COMPLETE).write_text(str(step))

@@ -76,6 +76,64 @@ def play(
     play_game(game, opponent=opponent, seed=seed, human_seat=seat)
 
 
+@app.command()
+def sft(
+    config: ConfigArg,
+    overrides: OverridesArg = None,
+    out: Annotated[Path | None, typer.Option(help="Output directory (default: the shared cache, reused by train).")] = None,
+) -> None:
+    """Warm start: fine-tune the config's model on templated-reasoning transcripts of weak scripted play."""
+    from strat.tiny_model import resolve_model_path
+    from strat.trainer import warm_start_settings
+    from strat.warmstart import ensure_warm, warm_start
+
+    resolved = _load(config, overrides)
+    base = resolve_model_path(resolved.model.path)
+    settings = warm_start_settings(resolved)
+    if out is None:
+        path = ensure_warm(base, resolved.game.name, settings)
+        typer.echo(f"warm-started model: {path}")
+    else:
+        figures = warm_start(base, out, resolved.game.name, settings)
+        typer.echo(f"warm-started model written to {out}: " + ", ".join(f"{k}={v:.4g}" for k, v in figures.items()))
+
+
+@app.command()
+def train(
+    config: Annotated[Path | None, typer.Argument(help="Experiment YAML file (omit with --resume).")] = None,
+    overrides: OverridesArg = None,
+    address: Annotated[str | None, typer.Option(help="Join a running Ray cluster (default: start a local one).")] = None,
+    resume: Annotated[Path | None, typer.Option(help="Continue a run directory from its last complete checkpoint.")] = None,
+) -> None:
+    """Run Strat-Reasoner training: rollout, comparison, advantage, update, weight sync, eval, checkpoints."""
+    from strat.progress import TrainProgress
+    from strat.trainer import train as run_training
+
+    extra = list(overrides or [])
+    if resume is not None and config is not None:
+        if "=" not in str(config):
+            raise UserError("give either a CONFIG file or --resume RUN_DIR (a resumed run uses its saved config)")
+        extra.insert(0, str(config))
+        config = None
+    if config is None and resume is None:
+        raise UserError("train needs a CONFIG file or --resume RUN_DIR")
+    with TrainProgress() as progress:
+        run_dir, records = run_training(
+            str(config) if config is not None else None,
+            extra,
+            address=address,
+            resume=str(resume) if resume is not None else None,
+            on_start=progress.start,
+            on_step=progress.update,
+        )
+    progress.summary(run_dir, records)
+
+
+from strat.eval_command import eval_command  # noqa: E402  (heavy imports inside are deferred)
+
+app.command("eval")(eval_command)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `strat` console script; user errors exit 2 with one line on stderr."""
     try:

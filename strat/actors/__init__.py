@@ -1,0 +1,1 @@
+"""Ray actors: the only place (with the driver) where Ray appears."""

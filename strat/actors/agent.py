@@ -1,0 +1,38 @@
+"""AgentActor: one inference engine; batched generation with log-probs, weight updates."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import ray
+import torch
+
+import strat  # noqa: F401  (thread and offline defaults before torch work)
+from strat.engines import Engine, Generation, SamplingParams, build_engine
+
+
+@ray.remote
+class AgentActor:
+    """Serves generation requests from rollout workers and takes weights from the learner."""
+
+    def __init__(self, backend: str, model_path: str, engine_kwargs: dict[str, Any]) -> None:
+        self.engine: Engine = build_engine(backend, model_path, **engine_kwargs)
+        self.version = 0
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        return self.engine.generate(prompts, params)
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor], version: int) -> int:
+        self.engine.load_state_dict(state)
+        self.version = version
+        return version
+
+    def load_weights_dir(self, path: str, version: int) -> int:
+        self.engine.load_weights_dir(path)
+        self.version = version
+        return version

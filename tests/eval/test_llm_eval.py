@@ -1,0 +1,59 @@
+"""`strat eval` on a checkpoint of the tiny model (random weights: every move is a fallback)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from strat.config import ConfigError
+from strat.eval_command import eval_command
+from strat.report import plots_available
+
+
+def _args(**kwargs) -> dict:
+    args = dict(policy=None, game=None, opponents=["random"], games_per_opponent=4, out=None, samples_per_infoset=2,
+                bootstrap=20, seed=0, backend="hf", transcripts=1, head_to_head_policies=None)
+    args.update(kwargs)
+    return args
+
+
+def test_eval_of_a_run_directory(tiny_run_dir: Path, tmp_path: Path) -> None:
+    out = eval_command(**_args(policy=str(tiny_run_dir), out=tmp_path))
+    data = json.loads((out / "eval.json").read_text())
+    (info,) = data["policies"]
+    assert info["kind"] == "llm" and info["step"] == 2 and info["name"] == "tiny@2"
+    assert (info["depth"], info["max_new_tokens"], info["backend"]) == (2, 8, "hf")
+    assert data["game"] == "kuhn_poker"
+    assert data["validity"]["value"] == 0.0 and data["validity"]["high"] > 0, "garbage output, honest interval"
+    e = data["exploitability"]
+    assert not e["exact"] and e["samples_per_infoset"] == 2 and e["ci_low"] <= e["value"] <= e["ci_high"]
+    assert data["cot"]["predict"]["value"] == 0.0
+    assert data["matches"][0]["games"] == 4
+    html = (out / "transcripts.html").read_text()
+    assert "invalid: fallback played" in html and "raw response" in html
+    if plots_available():
+        assert "learning_curves.png" in data["files"]
+    else:
+        assert any("matplotlib" in note for note in data["notes"])
+
+
+def test_default_output_goes_into_the_run(tiny_run_dir: Path) -> None:
+    checkpoint = tiny_run_dir / "checkpoints" / "step_2"
+    out = eval_command(**_args(policy=str(checkpoint), samples_per_infoset=0))
+    assert out == tiny_run_dir / "eval" / "step_2"
+    data = json.loads((out / "eval.json").read_text())
+    assert data["exploitability"] is None and any("exploitability skipped" in n for n in data["notes"])
+
+
+def test_checkpoint_against_a_scripted_policy_head_to_head(tiny_run_dir: Path, tmp_path: Path) -> None:
+    out = eval_command(**_args(head_to_head_policies=[f"{tiny_run_dir},random"], out=tmp_path))
+    data = json.loads((out / "eval.json").read_text())
+    assert data["head_to_head"]["policies"] == ["tiny@2", "random"]
+    assert "<dt>past</dt>" in (out / "transcripts.html").read_text(), "the LLM's turns are shown with sections"
+
+
+def test_wrong_game_for_a_checkpoint(tiny_run_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="trained on kuhn_poker"):
+        eval_command(**_args(policy=str(tiny_run_dir), game="leduc_poker", out=tmp_path))

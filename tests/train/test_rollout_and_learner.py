@@ -1,0 +1,132 @@
+"""The rollout runner and the learner without Ray: groups, seeds, tokens, masks, log-probs."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from strat.advantage import AdvantageConfig, compute_advantages
+from strat.comparison import ComparisonWeights, score_episodes
+from strat.engines import build_engine
+from strat.learner import LearnerSettings, PolicyLearner, sequence_logprobs
+from strat.records import TrainBatch
+from strat.rollout import OpponentChoice, RolloutRunner, RolloutSettings, derive_seed, plan_groups
+
+SETTINGS = RolloutSettings(game="kuhn_poker", depth=2, group_size=3, max_tokens=24, format_penalty=-3.0)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Path):
+    built = build_engine("hf", tiny_model_dir)
+    yield built
+    built.close()
+
+
+def _runner(engine, **changes) -> RolloutRunner:
+    settings = replace(SETTINGS, **changes)
+    return RolloutRunner(settings, engine.encode_chat, engine.generate, snapshot=engine.generate)
+
+
+def test_groups_share_a_deal_and_seeds_reproduce(engine) -> None:
+    runner = _runner(engine, opponents=(OpponentChoice("self"),))
+    plans = plan_groups(runner.settings, run_seed=7, step=1, worker=0, num_groups=3)
+    episodes = runner.run(plans, sampling_seed=11)
+    assert len(episodes) == 9
+    for plan in plans:
+        members = [e for e in episodes if e.group_id == plan.group_id]
+        assert len(members) == 3
+        assert len({tuple(sorted(e.private_info.items())) for e in members}) == 1
+        assert {e.seed for e in members} == {plan.seed}
+    again = runner.run(plan_groups(runner.settings, 7, 1, 0, 3), sampling_seed=11)
+    assert [[t.response_token_ids for t in e.turns] for e in again] == [[t.response_token_ids for t in e.turns] for e in episodes]
+    assert derive_seed(7, 1, 0) != derive_seed(7, 2, 0)
+
+
+def test_turn_records_and_penalties(engine) -> None:
+    runner = _runner(engine, opponents=(OpponentChoice("scripted", "random"),))
+    episodes = runner.run(plan_groups(runner.settings, 0, 0, 0, 4), sampling_seed=3)
+    for episode in episodes:
+        assert len(episode.ego_agents) == 1
+        ego = episode.ego_agents[0]
+        for turn in episode.turns:
+            if turn.agent == ego:
+                assert turn.response is not None
+                assert len(turn.response_token_ids) == len(turn.behaviour_logprobs) > 0
+                assert turn.prompt_token_ids
+                assert turn.valid or (turn.fallback_used and turn.penalty == -3.0)
+            else:
+                assert turn.response is None and not turn.response_token_ids
+        # A random-weight model writes no valid action: every ego turn is a penalised fallback.
+        assert episode.outcome(ego) == -3.0
+    assert {e.ego_agents[0] for e in episodes} == {"player_0", "player_1"}
+
+
+def test_only_ego_turns_become_samples(engine) -> None:
+    runner = _runner(engine, opponents=(OpponentChoice("snapshot"),))
+    episodes = runner.run(plan_groups(runner.settings, 0, 0, 0, 2), sampling_seed=5)
+    snapshot_turns = [t for e in episodes for t in e.turns if t.agent not in e.ego_agents]
+    assert snapshot_turns and all(t.response_token_ids for t in snapshot_turns)  # the snapshot is an LLM too
+    scored = score_episodes(episodes, ComparisonWeights())
+    samples, _ = compute_advantages(scored, AdvantageConfig(mode="outcome"))
+    ego_keys = {(e.episode_id, t.turn_index) for e in episodes for t in e.turns if t.agent in e.ego_agents}
+    assert {(s.episode_id, s.turn_index) for s in samples} == ego_keys
+
+
+def test_learner_logprobs_equal_engine_logprobs(engine, tiny_model_dir: Path) -> None:
+    runner = _runner(engine, opponents=(OpponentChoice("self"),), temperature=0.8)
+    episodes = runner.run(plan_groups(runner.settings, 0, 0, 0, 2), sampling_seed=9)
+    samples, _ = compute_advantages(score_episodes(episodes, ComparisonWeights()), AdvantageConfig(mode="outcome"))
+    learner = PolicyLearner(tiny_model_dir, LearnerSettings(temperature=0.8))
+    batch = TrainBatch.collate(samples, learner.pad_id)
+    with torch.no_grad():
+        learner.model.eval()
+        ours = sequence_logprobs(learner.model, batch, 0.8)
+    gap = (ours - batch.behaviour_logprobs)[batch.response_mask].abs().max().item()
+    assert gap < 1e-4, gap
+
+
+def test_prompt_and_padding_positions_get_no_gradient(engine, tiny_model_dir: Path) -> None:
+    runner = _runner(engine, opponents=(OpponentChoice("self"),))
+    episodes = runner.run(plan_groups(runner.settings, 0, 0, 0, 1), sampling_seed=2)
+    samples, _ = compute_advantages(score_episodes(episodes, ComparisonWeights()), AdvantageConfig(mode="outcome"))
+    samples = [replace(s, advantage=1.0 + i) for i, s in enumerate(samples)]
+    learner = PolicyLearner(tiny_model_dir, LearnerSettings())
+    batch = TrainBatch.collate(samples, learner.pad_id)
+    captured = {}
+
+    def keep_hidden(module, args, output):
+        output.retain_grad()
+        captured["hidden"] = output
+
+    # The final norm's output at position p feeds only the logits at p: its gradient shows which
+    # positions the loss reads.
+    handle = learner.model.model.norm.register_forward_hook(keep_hidden)
+    logprobs = sequence_logprobs(learner.model, batch, 1.0)
+    handle.remove()
+    loss = -(logprobs * batch.advantages[:, None])[batch.response_mask].sum()
+    loss.backward()
+    grad = captured["hidden"].grad.abs().sum(-1)  # [B, P + R]
+    prompt_len = batch.prompt_ids.shape[1]
+    # Position p predicts token p + 1: only positions that predict a response token may get gradient.
+    predicts_response = torch.zeros_like(batch.attention_mask)
+    predicts_response[:, prompt_len - 1 : -1] = batch.response_mask
+    assert torch.all(grad[~predicts_response] == 0)
+    assert torch.all(grad[predicts_response] > 0)
+
+
+def test_update_moves_the_policy_toward_positive_advantage(engine, tiny_model_dir: Path) -> None:
+    runner = _runner(engine, opponents=(OpponentChoice("self"),))
+    episodes = runner.run(plan_groups(runner.settings, 0, 0, 0, 1), sampling_seed=4)
+    samples, _ = compute_advantages(score_episodes(episodes, ComparisonWeights()), AdvantageConfig(mode="outcome"))
+    good, bad = replace(samples[0], advantage=1.0), replace(samples[1], advantage=-1.0)
+    learner = PolicyLearner(tiny_model_dir, LearnerSettings(lr=1e-2, micro_batch=1))
+    batch = TrainBatch.collate([good, bad], learner.pad_id)
+    with torch.no_grad():
+        before = sequence_logprobs(learner.model.eval(), batch, 1.0).sum(-1)
+    metrics = learner.update([good, bad])
+    with torch.no_grad():
+        after = sequence_logprobs(learner.model.eval(), batch, 1.0).sum(-1)
+    assert after[0] > before[0] and after[1] < before[1]
+    assert metrics["logprob/engine_learner_gap"] < 1e-4
+    assert metrics["learn/skipped"] == 0

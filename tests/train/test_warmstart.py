@@ -1,0 +1,262 @@
+"""The warm start: templated transcripts that are well-formed, faithful to the move and blind to hidden truth; a short
+SFT whose loss covers only response tokens and that teaches the format (not the strategy); the cached copy."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import games
+import games.opponents
+from strat import warmstart
+from strat.comparison import belief_text, card_values
+from strat.reasoning import BELIEF_MARKER, parse_response
+from strat.tiny_model import cache_dir
+from strat.warmstart import (
+    IGNORE_INDEX,
+    WarmStartSettings,
+    collate,
+    encode_example,
+    ensure_warm,
+    format_check,
+    format_validity,
+    templated_response,
+    transcripts,
+    warm_start,
+)
+
+GAME, DEPTH = "kuhn_poker", 2
+SETTINGS = WarmStartSettings(depth=DEPTH)
+
+
+@dataclass(frozen=True)
+class Move:
+    """What a scripted player saw and did at one decision."""
+
+    legal: tuple[str, ...]
+    action: str
+    hidden: dict[str, str]
+    """The other agents' true private information at that moment."""
+
+
+def _recorded_transcripts(monkeypatch: pytest.MonkeyPatch, game: str, depth: int, episodes: int):
+    """transcripts() with every scripted player's decisions recorded, in the order they were made."""
+    moves: list[Move] = []
+    make = games.opponents.make_opponent
+
+    class Recording:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def act(self, env, agent):
+            action = self.inner.act(env, agent)
+            hidden = {other: env.private_info(other) for other in env.possible_agents if other != agent}
+            moves.append(Move(tuple(env.legal_action_names(agent)), env.action_name(action, agent), hidden))
+            return action
+
+    monkeypatch.setattr(games.opponents, "make_opponent", lambda *a, **k: Recording(make(*a, **k)))
+    examples = transcripts(game, depth, episodes, seed=7)
+    assert len(examples) == len(moves)
+    return examples, moves
+
+
+# --- transcripts ---------------------------------------------------------------------------------------------------
+
+
+def test_transcripts_are_deterministic_for_a_seed() -> None:
+    first = transcripts(GAME, DEPTH, 20, seed=3)
+    assert transcripts(GAME, DEPTH, 20, seed=3) == first
+    assert transcripts(GAME, DEPTH, 20, seed=4) != first
+    # Phrasing varies, so the model cannot just memorise one string per state.
+    assert len({response for _, response in first}) > len(first) // 2
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2])
+@pytest.mark.parametrize("game", games.names())
+def test_every_response_parses_and_names_the_move_played(
+    monkeypatch: pytest.MonkeyPatch, game: str, depth: int
+) -> None:
+    examples, moves = _recorded_transcripts(monkeypatch, game, depth, episodes=3)
+    env = games.make(game)
+    for (messages, response), move in zip(examples, moves):
+        assert [m["role"] for m in messages] == ["system", "user"]
+        parsed = parse_response(response, depth)
+        assert parsed.format_valid, response
+        assert parsed.sections.action == move.action and move.action in move.legal
+        if depth >= 1:
+            assert parsed.sections.predict == "none" or parsed.sections.predict in env.all_action_names()
+            assert (BELIEF_MARKER in parsed.sections.past) == (not env.spec.perfect_information)
+
+
+def test_the_belief_does_not_know_the_hidden_card_better_than_chance(monkeypatch: pytest.MonkeyPatch) -> None:
+    examples, moves = _recorded_transcripts(monkeypatch, GAME, DEPTH, episodes=300)
+    hits = []
+    for (_, response), move in zip(examples, moves):
+        past = parse_response(response, DEPTH).sections.past
+        (opponent_card,) = move.hidden.values()
+        assert len(card_values(belief_text(past))) == 1
+        hits.append(opponent_card.lower() in past.lower())
+    # The opponent holds one of the two cards we do not: a guess blind to it is right half the time.
+    assert 0.4 <= sum(hits) / len(hits) <= 0.6
+
+
+def _env_at(game: str, chance_and_moves: list[int]) -> games.TextGameEnv:
+    env = games.make(game)
+    state = env.pyspiel_state.get_game().new_initial_state()
+    for action in chance_and_moves:
+        state.apply_action(action)
+    env.load_state(state)
+    return env
+
+
+# (game, deal A, deal B, moves): the deals differ only in player_0's private information; player_1 is to act.
+HIDDEN_CASES = [
+    ("kuhn_poker", [0, 1], [2, 1], [1]),  # player_0 holds the Jack or the King and bets
+    ("kuhn_poker", [0, 1], [2, 1], [0]),
+    ("leduc_poker", [0, 2], [4, 2], [2]),  # Jack or King against our Queen; player_0 raises
+    ("liars_dice", [0, 2], [5, 2], [3]),  # a one or a six against our three; player_0 bids "1 four"
+    ("bargaining", [1], [3], [5]),  # two instances with the same pool and player_1 values
+]
+
+
+@pytest.mark.parametrize(("game", "deal_a", "deal_b", "moves"), HIDDEN_CASES)
+@pytest.mark.parametrize("depth", [0, 1, 2])
+def test_responses_are_the_same_whatever_the_opponent_holds(
+    game: str, deal_a: list[int], deal_b: list[int], moves: list[int], depth: int
+) -> None:
+    env_a, env_b = _env_at(game, deal_a + moves), _env_at(game, deal_b + moves)
+    assert env_a.agent_selection == env_b.agent_selection == "player_1"
+    assert env_a.private_info("player_0") != env_b.private_info("player_0")
+    assert env_a.private_info("player_1") == env_b.private_info("player_1")
+    for action in env_a.legal_actions():
+        for seed in range(5):
+            a = templated_response(env_a, "player_1", action, depth, random.Random(seed))
+            assert templated_response(env_b, "player_1", action, depth, random.Random(seed)) == a
+
+
+def test_only_weak_players_are_imitated() -> None:
+    with pytest.raises(ValueError, match="equilibrium"):
+        transcripts(GAME, DEPTH, 1, seed=0, player="equilibrium")
+    with pytest.raises(ValueError, match="minimax"):
+        WarmStartSettings(player="minimax")
+
+
+# --- the supervised loss -------------------------------------------------------------------------------------------
+
+
+def test_labels_cover_exactly_the_response_and_end_of_turn(tiny_model_dir: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    (messages, response), *_ = transcripts(GAME, DEPTH, 1, seed=0)
+    ids, labels = encode_example(tokenizer, messages, response)
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
+    assert ids[: len(prompt)] == list(prompt)
+    assert labels[: len(prompt)] == [IGNORE_INDEX] * len(prompt)
+    assert labels[len(prompt) :] == ids[len(prompt) :]
+    assert IGNORE_INDEX not in labels[len(prompt) :]
+    assert labels[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>") == tokenizer.eos_token_id
+    assert tokenizer.decode(labels[len(prompt) : -1]) == response
+
+
+def test_loss_is_cross_entropy_on_response_tokens_only(tiny_model_dir: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    encoded = [encode_example(tokenizer, m, r) for m, r in transcripts(GAME, DEPTH, 3, seed=1)[:4]]
+    batch = collate(encoded, tokenizer.pad_token_id)
+    assert (batch["labels"][batch["attention_mask"] == 0] == IGNORE_INDEX).all()
+    # Reference: a plain forward pass per example, scored at the response positions found from the prompt length.
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for ids, labels in encoded:
+            start = labels.count(IGNORE_INDEX)
+            logits = model(torch.tensor([ids])).logits[0]
+            target = torch.tensor(ids[start:])
+            total += F.cross_entropy(logits[start - 1 : -1], target, reduction="sum").item()
+            count += len(target)
+        loss = warmstart._response_loss(model, batch)
+    assert warmstart._shared_prefix(batch) > 100  # the system prompt is encoded once for the batch
+    assert loss.item() == pytest.approx(total / count, rel=1e-4)
+
+
+def test_warm_start_writes_a_loadable_model_atomically(tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "warm"
+    figures = warm_start(tiny_model_dir, out, GAME, WarmStartSettings(episodes=6, batch_size=4, lr=1e-2))
+    assert figures["examples"] >= 6 and figures["steps"] == -(-figures["examples"] // 4)
+    assert figures["final_loss"] < figures["first_loss"]
+    assert {"config.json", "model.safetensors", "tokenizer.json", "strat_warm.json"} <= {p.name for p in out.iterdir()}
+    assert [p.name for p in tmp_path.iterdir()] == ["warm"]  # no staging folder left behind
+    trained = AutoModelForCausalLM.from_pretrained(out).state_dict()
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    assert any(not torch.equal(trained[name], base[name]) for name in base)
+
+
+# --- the warm start works, and is cached -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def warm_model(tiny_model_dir: Path) -> Path:
+    """The tiny Kuhn poker model warm-started with the default settings (about a minute on 2 idle cores)."""
+    return ensure_warm(tiny_model_dir, GAME, SETTINGS)
+
+
+def test_random_weights_do_not_follow_the_format(tiny_model_dir: Path) -> None:
+    assert format_validity(tiny_model_dir, GAME, DEPTH, episodes=4, seed=0) <= 0.1
+
+
+def test_warm_start_teaches_the_format_not_a_strategy(warm_model: Path) -> None:
+    check = format_check(warm_model, GAME, DEPTH, episodes=64, seed=0)
+    assert check.decisions >= 64
+    assert check.validity >= 0.9
+    # Random play in the transcripts: the policy bets about as often as it passes.
+    assert 0.3 <= check.action_counts["bet"] / sum(check.action_counts.values()) <= 0.7
+
+
+def test_ensure_warm_reuses_the_cached_copy(
+    warm_model: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mtime = (warm_model / "model.safetensors").stat().st_mtime_ns
+
+    def no_training(*args: object) -> dict[str, float]:
+        raise AssertionError("a cache hit must not train")
+
+    monkeypatch.setattr(warmstart, "_train", no_training)
+    assert ensure_warm(tiny_model_dir, GAME, SETTINGS) == warm_model
+    assert (warm_model / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_ensure_warm_keys_by_weights_settings_and_transcripts(tiny_model_dir: Path, other_model_dir: Path) -> None:
+    settings = WarmStartSettings(episodes=3, depth=1)
+    examples = transcripts(GAME, 1, 3, seed=0)
+    key = warmstart._cache_key(tiny_model_dir, GAME, settings, examples)
+    assert key == warmstart._cache_key(tiny_model_dir, GAME, settings, transcripts(GAME, 1, 3, seed=0))
+    assert key != warmstart._cache_key(other_model_dir, GAME, settings, examples)
+    assert key != warmstart._cache_key(tiny_model_dir, GAME, WarmStartSettings(episodes=3, depth=1, lr=1e-3), examples)
+    assert key != warmstart._cache_key(tiny_model_dir, GAME, settings, examples[:-1])
+
+
+def test_ensure_warm_uses_the_copy_of_a_process_that_finished_first(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRAT_CACHE_DIR", str(tmp_path))  # its stand-in copy must not reach a shared cache
+    settings = WarmStartSettings(episodes=3, depth=1)
+    key = warmstart._cache_key(tiny_model_dir, GAME, settings, transcripts(GAME, 1, 3, seed=0))
+    target = cache_dir() / "warm" / f"{GAME}-{key}"
+    staged: list[Path] = []
+
+    def racing_train(model_dir: Path, out_dir: Path, *args: object) -> dict[str, float]:
+        # Another process publishes its copy while this one trains, so this one's rename fails.
+        for folder in (target, out_dir):
+            folder.mkdir(parents=True)
+            (folder / "config.json").write_text("{}")
+        staged.append(out_dir)
+        return {}
+
+    monkeypatch.setattr(warmstart, "_train", racing_train)
+    assert ensure_warm(tiny_model_dir, GAME, settings) == target
+    assert len(staged) == 1 and not staged[0].exists()
+    assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]  # no staging folder left behind
