@@ -118,6 +118,7 @@ def train(
     if config is None and resume is None:
         raise UserError("train needs a CONFIG file or --resume RUN_DIR")
     with TrainProgress() as progress:
+        progress.show_logs()
         run_dir, records = run_training(
             str(config) if config is not None else None,
             extra,
@@ -132,6 +133,12 @@ def train(
 from strat.eval_command import eval_command  # noqa: E402  (heavy imports inside are deferred)
 
 app.command("eval")(eval_command)
+
+from strat.cluster_commands import jobs_command, plan_command, submit_command  # noqa: E402
+
+app.command("plan")(plan_command)
+app.command("submit")(submit_command)
+app.command("jobs")(jobs_command)
 
 
 def main(argv: list[str] | None = None) -> int:

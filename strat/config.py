@@ -165,6 +165,8 @@ class AlgorithmConfig(_Section):
     grad_clip: float = Field(1.0, gt=0.0)
     format_penalty: float = -3.0
     """Reward for invalid output; must be strictly worse than the game's worst legal return."""
+    penalize_malformed: bool = True
+    """Give the format penalty also to a legal action whose reasoning sections break the format."""
     zero_spread: Literal["keep", "drop", "resample"] = "keep"
 
     @model_validator(mode="after")
@@ -247,7 +249,6 @@ _NOT_BUILT: list[tuple[str, Any, str]] = [
     ("resources.gpus_per_agent", lambda v: v > 0, "GPU placement is not built yet"),
     ("resources.gpus_learner", lambda v: v > 0, "GPU placement is not built yet"),
     ("resources.gpus_comparator", lambda v: v > 0, "GPU placement is not built yet"),
-    ("schedule.max_staleness", lambda v: v > 0, "overlapped rollout and update is not built yet"),
     ("algorithm.dph_divergence", lambda v: v != "none", "DPH-RL rehearsal samples are not wired into the learner yet"),
     ("algorithm.zero_spread", lambda v: v == "resample", "resampling zero-spread groups is not built yet"),
     ("comparison.agreement", lambda v: v != "token_f1", "the comparator builds no embedding or judge engine yet"),

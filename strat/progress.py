@@ -52,6 +52,18 @@ class TrainProgress:
             self._task = self._progress.add_task("train", total=None, figures=figures)
         self._progress.update(self._task, completed=record["step"], figures=figures)
 
+    def show_logs(self) -> None:
+        """Route Strat's own log lines above the progress bar."""
+        import logging
+
+        from rich.logging import RichHandler
+
+        handler = RichHandler(console=self.console, show_path=False, show_level=False)
+        logger = logging.getLogger("strat")
+        logger.handlers = [handler]
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
     def start(self, total_steps: int) -> None:
         self._task = self._progress.add_task("train", total=total_steps, figures="starting actors")
 

@@ -47,6 +47,8 @@ class RolloutSettings:
     game_options: dict[str, object] = field(default_factory=dict)
     depth: int = 2
     format_penalty: float = -3.0
+    penalize_malformed: bool = True
+    """Also penalise responses whose action is legal but whose sections break the format."""
     group_size: int = 8
     max_tokens: int = 128
     temperature: float = 1.0
@@ -228,6 +230,11 @@ class RolloutRunner:
             env, agent = game.env, game.env.agent_selection
             parsed = parse_response(generation.text, settings.depth)
             decision = decide(parsed, env, agent, game.rng, settings.format_penalty)
+            penalty = decision.penalty
+            if penalty is None and settings.penalize_malformed and not parsed.format_valid:
+                # A legal move in a broken format still plays, but must not pay: otherwise the
+                # reasoning sections decay once they stop mattering to the return.
+                penalty = settings.format_penalty
             game.turns.append(
                 Turn(
                     episode_id=game.episode_id,
@@ -237,7 +244,7 @@ class RolloutRunner:
                     action_name=decision.action_name,
                     valid=decision.valid,
                     fallback_used=decision.fallback_used,
-                    penalty=decision.penalty,
+                    penalty=penalty,
                     response=parsed,
                     response_text=generation.text,
                     prompt_token_ids=tuple(prompt),

@@ -30,6 +30,7 @@ def rollout_settings(config: ExperimentConfig) -> RolloutSettings:
         game_options=dict(config.game.options),
         depth=config.reasoning.depth,
         format_penalty=config.algorithm.format_penalty,
+        penalize_malformed=config.algorithm.penalize_malformed,
         group_size=config.algorithm.group_size,
         max_tokens=config.reasoning.max_new_tokens,
         temperature=config.reasoning.temperature,
@@ -166,13 +167,21 @@ class Trainer:
         self.baseline = RoleBaseline(config.algorithm.ema_decay)
         self._snapshot_step = 0
         self._handles: list[Any] = []
+        self._pending: tuple[int, list[Any], float] | None = None
+        """The rollout in flight: (its step, its futures, when it was launched)."""
+        self._ready: tuple[int, list[Episode], float] | None = None
+        """A rollout collected early (before an evaluation): (its step, episodes, seconds)."""
+        self._unsynced: int | None = None
+        """With overlap, the step whose update has not reached the agents yet."""
 
     # --- lifecycle -------------------------------------------------------------------------
 
     def run(self, on_step: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
         """Train for `schedule.steps` steps (from the last checkpoint when resuming)."""
         self._prepare_run_dir()
+        log.info("run directory: %s", self.run_dir)
         self.model_path = str(self.initial_model_path(self.config))
+        log.info("policy starts from %s", self.model_path)
         self._start_ray()
         try:
             self._start_actors()
@@ -214,8 +223,9 @@ class Trainer:
         env_vars = {key: os.environ[key] for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS",
                                                      "TOKENIZERS_PARALLELISM", "STRAT_CACHE_DIR") if key in os.environ}
         env_vars["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        if self.address:
-            ray.init(address=self.address, runtime_env={"env_vars": env_vars}, log_to_driver=False)
+        address = self.address or ("auto" if os.environ.get("RAY_ADDRESS") else None)
+        if address:
+            ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=False)
         else:
             ray.init(
                 num_cpus=max(2, os.cpu_count() or 2),
@@ -288,6 +298,7 @@ class Trainer:
                 f"the cluster has {ray.available_resources()} free"
             )
         ray.get(ready)
+        log.info("actors ready: %d agent(s), %d rollout worker(s), comparator, learner", len(self.agents), len(self.workers))
 
     @staticmethod
     def initial_model_path(config: ExperimentConfig) -> Path:
@@ -295,9 +306,12 @@ class Trainer:
         from strat.tiny_model import resolve_model_path
         from strat.warmstart import ensure_warm
 
+        if config.model.tiny_game is not None:
+            log.info("tiny model for %s: built on first use, then cached", config.model.tiny_game)
         base = resolve_model_path(config.model.path)
         if not config.warm_start.enabled:
             return base
+        log.info("warm start (format, not strategy): cached after the first run, which takes a minute or two")
         return ensure_warm(base, config.game.name, warm_start_settings(config))
 
     def _restore(self) -> int:
@@ -317,12 +331,9 @@ class Trainer:
 
     # --- one step --------------------------------------------------------------------------
 
-    def _train_step(self) -> dict[str, Any]:
-        import ray
-
+    def _launch_rollout(self, step: int) -> None:
+        """Start step `step`'s rollout on every worker; groups are split over workers."""
         config = self.config
-        step = self.step + 1
-        started = time.perf_counter()
         num_workers = len(self.workers)
         per_worker = [config.algorithm.groups_per_step // num_workers + (i < config.algorithm.groups_per_step % num_workers)
                       for i in range(num_workers)]
@@ -334,8 +345,48 @@ class Trainer:
             )
             for index, (worker, count) in enumerate(zip(self.workers, per_worker, strict=True)) if count > 0
         ]
-        episodes: list[Episode] = [e for batch in ray.get(futures) for e in batch]
-        rollout_s = time.perf_counter() - started
+        self._pending = (step, futures, time.perf_counter())
+
+    def _collect_rollout(self, step: int) -> tuple[list[Episode], float]:
+        """Step `step`'s episodes (launched now if not in flight) and the rollout's wall time."""
+        import ray
+
+        if self._ready is not None and self._ready[0] == step:
+            _, episodes, rollout_s = self._ready
+            self._ready = None
+            return episodes, rollout_s
+        if self._pending is None or self._pending[0] != step:
+            self._launch_rollout(step)
+        _, futures, launched = self._pending
+        self._pending = None
+        episodes = [e for batch in ray.get(futures) for e in batch]
+        return episodes, time.perf_counter() - launched
+
+    def _push_weights(self, version: int) -> float:
+        """Sync the learner's weights to every agent (and refresh the snapshot when due); seconds taken."""
+        started = time.perf_counter()
+        self._sync(version=version)
+        self._maybe_snapshot(version)
+        return time.perf_counter() - started
+
+    def _train_step(self) -> dict[str, Any]:
+        import ray
+
+        config = self.config
+        step = self.step + 1
+        started = time.perf_counter()
+        overlap = config.schedule.max_staleness > 0
+        episodes, rollout_s = self._collect_rollout(step)
+        rollout_wait_s = time.perf_counter() - started
+        sync_s = 0.0
+        if overlap:
+            # The update of step - 1 reaches the agents only now, between two rollouts, so that every
+            # rollout runs on one set of weights exactly one update old.
+            if self._unsynced is not None:
+                sync_s += self._push_weights(self._unsynced)
+                self._unsynced = None
+            if step < config.schedule.steps:
+                self._launch_rollout(step + 1)
 
         scored: list[ScoredEpisode] = ray.get(self.comparator.score.remote(episodes))
         samples, stats = compute_advantages(scored, advantage_config(config),
@@ -343,16 +394,24 @@ class Trainer:
         learn_started = time.perf_counter()
         learn = ray.get(self.learner.update.remote(samples))
         learn_s = time.perf_counter() - learn_started
-
-        sync_started = time.perf_counter()
-        self._sync(version=step)
-        sync_s = time.perf_counter() - sync_started
         self.step = step
+
+        evaluate = bool(config.schedule.eval_every) and step % config.schedule.eval_every == 0
+        if not overlap:
+            sync_s += self._push_weights(step)
+        elif evaluate and self._pending is not None:
+            # Evaluation must see this step's weights: let the next rollout finish first, then sync.
+            next_step = self._pending[0]
+            self._ready = (next_step, *self._collect_rollout(next_step))
+            sync_s += self._push_weights(step)
+        elif evaluate:
+            sync_s += self._push_weights(step)
+        else:
+            self._unsynced = step
 
         record: dict[str, Any] = {"step": step, **episode_metrics(scored), **advantage_metrics(stats), **learn}
         record.setdefault("loss/kl", 0.0)
-        self._maybe_snapshot(step)
-        if config.schedule.eval_every and step % config.schedule.eval_every == 0:
+        if evaluate:
             record.update(self._evaluate())
         if config.logging.samples_every and step % config.logging.samples_every == 0:
             self._write_samples(step, scored[: min(4, len(scored))])
@@ -361,6 +420,7 @@ class Trainer:
         step_s = time.perf_counter() - started
         record.update({
             "time/rollout_s": rollout_s,
+            "time/rollout_wait_s": rollout_wait_s,
             "time/learn_s": learn_s,
             "time/sync_s": sync_s,
             "time/step_s": step_s,

@@ -120,7 +120,7 @@ def test_cli_bad_config_is_one_line_without_traceback(args: list[str], expected:
 def test_cli_help_for_every_verb() -> None:
     top = _strat("--help")
     assert top.returncode == 0
-    for verb in ("check", "init-model", "play"):
+    for verb in ("check", "init-model", "play", "train", "sft", "eval", "plan", "submit", "jobs"):
         assert verb in top.stdout
         done = _strat(verb, "--help")
         assert done.returncode == 0 and "Usage" in done.stdout, done.stderr

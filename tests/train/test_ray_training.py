@@ -40,12 +40,17 @@ def _config(tmp_path: Path, model_dir: Path, *extra: str):
     return load_config(DEFAULT, [f"model.path={model_dir}", f"run.output_dir={tmp_path}", *SMALL, *extra])
 
 
-@pytest.mark.parametrize("backend", ["hf", "vllm"])
-def test_loop_runs_and_writes_outputs(local_ray, tmp_path: Path, tiny_model_dir: Path, backend: str) -> None:
-    config = _config(tmp_path, tiny_model_dir, f"engine.backend={backend}", "schedule.steps=2",
-                     "schedule.eval_every=2", "schedule.checkpoint_every=2")
+@pytest.mark.parametrize(("backend", "staleness"), [("hf", 0), ("vllm", 1)])
+def test_loop_runs_and_writes_outputs(
+    local_ray, tmp_path: Path, tiny_model_dir: Path, backend: str, staleness: int
+) -> None:
+    # vLLM runs with the next rollout overlapping the update; evaluation at step 2 then has to wait
+    # for the rollout of step 3 and sync first.
+    steps = 2 + staleness
+    config = _config(tmp_path, tiny_model_dir, f"engine.backend={backend}", f"schedule.steps={steps}",
+                     "schedule.eval_every=2", "schedule.checkpoint_every=2", f"schedule.max_staleness={staleness}")
     records = Trainer(config, config.run_dir).run()
-    assert [r["step"] for r in records] == [0, 1, 2]
+    assert [r["step"] for r in records] == list(range(steps + 1))
     for record in records[1:]:
         missing = [key for key in REQUIRED if key not in record]
         assert not missing, missing
@@ -54,7 +59,7 @@ def test_loop_runs_and_writes_outputs(local_ray, tmp_path: Path, tiny_model_dir:
     assert "eval/exploitability" in records[0] and "eval/exploitability_ci" in records[2]
     assert "eval/win_rate_vs_random" in records[2]
     run_dir = config.run_dir
-    assert [r["step"] for r in metrics.read(run_dir)] == [0, 1, 2]
+    assert [r["step"] for r in metrics.read(run_dir)] == list(range(steps + 1))
     assert (run_dir / "config.yaml").is_file()
     assert (run_dir / "checkpoints" / "step_2" / "COMPLETE").is_file()
     assert (run_dir / "checkpoints" / "step_2" / "model.safetensors").is_file()

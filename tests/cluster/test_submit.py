@@ -1,0 +1,78 @@
+"""`strat submit --follow` of a 3-step tiny run on a Ray head started by the test, then `strat jobs`."""
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+
+from strat import cli
+from strat.cluster_commands import jobs_command, plan_command, submit_command
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_OVERRIDES = [
+    "warm_start.enabled=false", "engine.backend=hf", "schedule.steps=3", "algorithm.groups_per_step=1",
+    "algorithm.group_size=2", "reasoning.max_new_tokens=16", "schedule.eval_every=0",
+]
+
+
+@pytest.fixture
+def strat_main(monkeypatch: pytest.MonkeyPatch):
+    """`strat.cli.main` with the cluster verbs registered as the lead registers them."""
+    app = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
+    app.command("plan")(plan_command)
+    app.command("submit")(submit_command)
+    app.command("jobs")(jobs_command)
+    monkeypatch.setattr(cli, "app", app)
+    return cli.main
+
+
+@pytest.mark.slow
+def test_submit_follow_runs_a_tiny_job(ray_head, strat_main, tmp_path, monkeypatch, capsys) -> None:
+    import os
+
+    from strat import tiny_model
+
+    tiny_model.ensure("kuhn_poker")  # built here once, so that the job only loads it
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    out_dir = tmp_path / "runs"
+    code = strat_main([
+        "submit", str(REPO / "configs" / "kuhn_poker_tiny.yaml"), *TINY_OVERRIDES, f"run.output_dir={out_dir}",
+        "--address", ray_head.address, "--follow", "--env", f"STRAT_CACHE_DIR={os.environ['STRAT_CACHE_DIR']}",
+    ])
+    printed = capsys.readouterr().out
+    assert code == 0, printed[-3000:]
+    assert f"run directory: {out_dir / 'kuhn_poker_tiny'}" in printed
+    assert "SUCCEEDED" in printed
+    lines = (out_dir / "kuhn_poker_tiny" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2, 3]
+
+    assert strat_main(["jobs", "--address", ray_head.address]) == 0
+    listing = capsys.readouterr().out
+    assert "SUCCEEDED" in listing and "strat.cli train" in listing
+
+
+@pytest.mark.slow
+def test_reserve_places_actors_in_their_bundles(ray_head, monkeypatch) -> None:
+    import ray
+
+    from strat.config import ExperimentConfig
+    from strat.placement import cluster_from_ray, plan, reserve
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray.init(address=ray_head.gcs_address, logging_level="ERROR", log_to_driver=False)
+    try:
+        config = ExperimentConfig.model_validate({"resources": {"rollout_workers": 2, "cpus_per_worker": 0.25}})
+        placement = reserve(plan(config, cluster_from_ray(ray.nodes())), timeout_s=60)
+
+        @ray.remote(num_cpus=0.25)
+        def where() -> str:
+            return ray.get_runtime_context().get_placement_group_id()
+
+        strategy = placement.strategy("rollout_worker", 1)
+        assert strategy.placement_group_bundle_index == 1
+        assert ray.get(where.options(scheduling_strategy=strategy).remote()) == placement.groups["rollout_workers"].id.hex()
+        placement.remove()
+        assert placement.groups == {}
+    finally:
+        ray.shutdown()
