@@ -9,6 +9,7 @@ STRAT_EXTRA ?= cpu
 TORCH_INDEX ?=
 CONFIG      ?= configs/kuhn_poker_tiny.yaml
 PYTEST_ARGS ?=
+TRAIN_ARGS  ?=
 
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(STRAT_EXTRA)
@@ -35,8 +36,11 @@ test: install
 check: install
 	$(BIN)/strat check $(CONFIG)
 
+# Each `make train` is a new run directory, runs/kuhn_poker_tiny-<time>.
+RUN_NAME    ?= $(basename $(notdir $(CONFIG)))-$(shell date +%Y%m%d-%H%M%S)
+
 train: install
-	$(BIN)/strat train $(CONFIG)
+	$(BIN)/strat train $(CONFIG) run.name=$(RUN_NAME) $(TRAIN_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -6,7 +6,7 @@ import random
 from collections.abc import Callable
 
 from games.base import TextGameEnv, agent_name
-from games.opponents import make_opponent
+from games.opponents import Opponent, make_opponent
 from games.registry import make
 
 
@@ -17,9 +17,11 @@ def play(
     human_seat: int = 0,
     input_fn: Callable[[str], str] = input,
     output_fn: Callable[[str], None] = print,
+    bot: Opponent | None = None,
     **options: int | float | str | bool,
 ) -> dict[str, float]:
-    """Play one game of `game` as seat `human_seat`; every other seat is `opponent`.
+    """Play one game of `game` as seat `human_seat`; every other seat is `opponent` (or `bot`, when given,
+    with `opponent` as its display name).
 
     Shows the rules, then at each of your turns the observation, history and legal actions,
     asking again until the input names a legal action. Returns the final returns.
@@ -31,7 +33,8 @@ def play(
             f"allowed: 0 to {env.spec.num_players - 1}"
         )
     opponent_seed = seed if seed is not None else random.SystemRandom().randrange(2**32)
-    bot = make_opponent(opponent, game, seed=opponent_seed, **options)
+    if bot is None:
+        bot = make_opponent(opponent, game, seed=opponent_seed, **options)
     human = agent_name(human_seat)
     env.reset(seed=seed)
     output_fn(f"{env.rules()}\n\nYou are {human}; the other seats are played by '{opponent}'.")
