@@ -111,26 +111,31 @@ class PolicyLearner:
         seq_mean = settings.loss.loss_agg == "seq_mean"
         sums: dict[str, float] = {}
         gap_sum, gap_tokens, skipped = 0.0, 0, 0
-        # Proximal log-probs: the learner's weights at the start of this update.
         prepared = []
         for epoch in range(settings.epochs):
             for chunk in self._micro_batches(samples, epoch):
                 batch = TrainBatch.collate(chunk, self.pad_id)
                 key = tuple((s.episode_id, s.agent, s.turn_index) for s in chunk)
                 prepared.append((epoch, key, batch))
+        # Proximal log-probs: the learner's weights at the start of this update. With one epoch the
+        # weights do not change before the single optimizer step, so the training forward gives them.
         proximal: dict[tuple, torch.Tensor] = {}
-        for _, key, batch in prepared:
-            if key not in proximal:
-                proximal[key] = self._frozen_logprobs(self.model, batch)
-                mask = batch.response_mask
-                gap_sum += float((proximal[key] - batch.behaviour_logprobs)[mask].abs().sum())
-                gap_tokens += int(mask.sum())
+        if settings.epochs > 1:
+            for _, key, batch in prepared:
+                if key not in proximal:
+                    proximal[key] = self._frozen_logprobs(self.model, batch)
         for epoch in range(settings.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             for batch_epoch, key, batch in prepared:
                 if batch_epoch != epoch:
                     continue
                 logprobs = sequence_logprobs(self.model, batch, settings.temperature)
+                if key not in proximal:
+                    proximal[key] = logprobs.detach()
+                if epoch == 0:
+                    mask = batch.response_mask
+                    gap_sum += float((proximal[key] - batch.behaviour_logprobs)[mask].abs().sum())
+                    gap_tokens += int(mask.sum())
                 ref = self._frozen_logprobs(self.reference, batch) if self.reference is not None else None
                 out = policy_loss(
                     settings.loss,

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -143,16 +144,17 @@ def build(game: str, out: str | os.PathLike[str], seed: int = 0, settings: TinyM
     return target
 
 
-def ensure(game: str, seed: int = 0, settings: TinyModelSettings = TinyModelSettings()) -> Path:
-    """The cached tiny model for `game`, built on first use; safe when several processes race."""
-    key = cache_key(game, settings, seed)
-    target = cache_dir() / "tiny" / f"{game}-{key}"
+def build_once(target: Path, build_into: Callable[[Path], object]) -> Path:
+    """A cached model directory at `target`, written by `build_into(dir)` on first use.
+
+    It is built in a staging folder and renamed into place, so a reader never sees half a model and
+    several processes may race: when another one publishes first, its copy is used."""
     if (target / "config.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{game}-", dir=target.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        build(game, staging / "model", seed=seed, settings=settings)
+        build_into(staging / "model")
         try:
             os.rename(staging / "model", target)
         except OSError:
@@ -161,6 +163,12 @@ def ensure(game: str, seed: int = 0, settings: TinyModelSettings = TinyModelSett
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def ensure(game: str, seed: int = 0, settings: TinyModelSettings = TinyModelSettings()) -> Path:
+    """The cached tiny model for `game`, built on first use; safe when several processes race."""
+    target = cache_dir() / "tiny" / f"{game}-{cache_key(game, settings, seed)}"
+    return build_once(target, lambda out: build(game, out, seed=seed, settings=settings))
 
 
 def resolve_model_path(path: str, seed: int = 0) -> Path:

@@ -471,26 +471,12 @@ def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples
 
 def ensure_warm(model_dir: Path, game: str, settings: WarmStartSettings) -> Path:
     """The cached warm-started copy of `model_dir`, trained on first use; safe when several processes race."""
-    from strat.tiny_model import cache_dir
+    from strat.tiny_model import build_once, cache_dir
 
     model_dir = Path(model_dir)
     examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player)
     target = cache_dir() / "warm" / f"{game}-{_cache_key(model_dir, game, settings, examples)}"
-    if (target / "config.json").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{game}-", dir=target.parent))
-    try:
-        _train(model_dir, staging / "model", game, settings, examples)
-        try:
-            os.rename(staging / "model", target)
-        except OSError:
-            # Another process finished first: its copy is as good as ours.
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return build_once(target, lambda out: _train(model_dir, out, game, settings, examples))
 
 
 # --- checking the result -------------------------------------------------------------------------------------------
