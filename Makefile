@@ -15,7 +15,7 @@ BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(STRAT_EXTRA)
 PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 
-.PHONY: install test train check clean-venv
+.PHONY: install test test-faults train check bench clean-venv
 
 install: $(STAMP)
 
@@ -33,8 +33,18 @@ endif
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The slow fault-injection tests (killed actors, SIGTERM/SIGKILL and resume), ~5-10 min on 2 cores.
+test-faults: install
+	$(BIN)/python -m pytest -m faults tests/reliability $(PYTEST_ARGS)
+
 check: install
 	$(BIN)/strat check $(CONFIG)
+
+# Efficiency against plain baselines (README "Performance"); ~10-15 min on 2 cores,
+# BENCH_ARGS=--quick for a short, indicative run, BENCH_ARGS=--json for machine-readable output.
+BENCH_ARGS  ?=
+bench: install
+	$(BIN)/strat bench --config $(CONFIG) $(BENCH_ARGS)
 
 # Each `make train` is a new run directory, runs/kuhn_poker_tiny-<time>.
 RUN_NAME    ?= $(basename $(notdir $(CONFIG)))-$(shell date +%Y%m%d-%H%M%S)

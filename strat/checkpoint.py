@@ -7,6 +7,7 @@ through `torch.load(weights_only=True)`, loop and RNG state are JSON.
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from dataclasses import dataclass
@@ -71,22 +72,45 @@ def save(
     staging = target.with_name(target.name + ".partial")
     if staging.exists():
         shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    model.save_pretrained(staging, safe_serialization=True)
-    tokenizer.save_pretrained(staging)
-    if optimizer is not None:
-        torch.save(optimizer.state_dict(), staging / "optimizer.pt")
-    for name, state in (extra_weights or {}).items():
-        (staging / name).mkdir()
-        save_file({k: v.contiguous() for k, v in state.items()}, staging / name / "model.safetensors")
-    (staging / "rng.json").write_text(json.dumps(rng_state()))
-    (staging / "loop_state.json").write_text(json.dumps({"step": step, **loop_state}, indent=2))
-    (staging / COMPLETE).write_text(str(step))
+    try:
+        staging.mkdir(parents=True)
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+        for name, state in (extra_weights or {}).items():
+            (staging / name).mkdir()
+            save_file({k: v.contiguous() for k, v in state.items()}, staging / name / "model.safetensors")
+        (staging / "rng.json").write_text(json.dumps(rng_state()))
+        (staging / "loop_state.json").write_text(json.dumps({"step": step, **loop_state}, indent=2))
+        _fsync_tree(staging)
+        (staging / COMPLETE).write_text(str(step))
+        _fsync_tree(staging)
+    except BaseException:
+        # A failed write (a full disk) leaves nothing behind; the previous checkpoints are untouched.
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)
     _prune(run_dir, keep)
     return Checkpoint(target, step)
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush a folder's files and the folder itself, so that a crash cannot leave the marker
+    on disk before the data it vouches for."""
+    for path in [*folder.rglob("*"), folder]:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def complete_checkpoints(run_dir: Path) -> list[Checkpoint]:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from strat.config import ConfigError, ExperimentConfig, load_config, to_yaml
+from strat.errors import RunAborted
 
 app = typer.Typer(
     name="strat",
@@ -142,6 +143,43 @@ def train(
     progress.summary(run_dir, records)
 
 
+@app.command()
+def bench(
+    config: Annotated[Path, typer.Option(help="Experiment YAML the figures are measured on.")] = Path(
+        "configs/kuhn_poker_tiny.yaml"
+    ),
+    json_output: Annotated[bool, typer.Option("--json", help="Print every figure as JSON (the table goes to stderr).")] = False,
+    quick: Annotated[bool, typer.Option(help="Shrink every measurement (a few minutes; indicative figures).")] = False,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(help="Measure only these figures: rollout, learner, sync, overlap, scaling, memory, e2e."),
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Also write the JSON report to this file.")] = None,
+) -> None:
+    """Measure rollout and learner efficiency, weight sync, overlap, scaling, memory and end-to-end speed
+    against plain baselines, on the same prompts and token counts."""
+    from strat.benchmarks import FIGURES, run_bench
+
+    if not config.is_file():
+        raise UserError(f"--config {config}: no such file")
+    figures = [name.strip() for item in (only or []) for name in item.split(",") if name.strip()]
+    unknown = sorted(set(figures) - set(FIGURES))
+    if unknown:
+        raise UserError(f"--only {','.join(unknown)}: unknown figure (allowed: {', '.join(FIGURES)})")
+    report = run_bench(str(config), quick=quick, only=figures or None)
+    text = report.dumps()
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    if json_output:
+        typer.echo(report.table(), err=True)
+        typer.echo(text)
+    else:
+        typer.echo(report.table())
+        for name, error in report.errors.items():
+            typer.echo(f"{name}: not measured ({error})", err=True)
+
+
 from strat.eval_command import eval_command  # noqa: E402  (heavy imports inside are deferred)
 
 app.command("eval")(eval_command)
@@ -181,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, UserError) as err:
         typer.echo(f"strat: error: {err}", err=True)
         return 2
+    except RunAborted as err:
+        typer.echo(f"strat: run stopped: {err}", err=True)
+        return 1
     except typer.Abort:
         typer.echo("strat: aborted", err=True)
         return 130

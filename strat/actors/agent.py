@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -33,6 +35,16 @@ class AgentActor:
         return version
 
     def load_weights_dir(self, path: str, version: int) -> int:
+        """Reload the weights from a directory of safetensors, which must be readable on this agent's node."""
+        if not Path(path).is_dir():
+            raise FileNotFoundError(
+                f"weights directory {path} is not visible on agent node {socket.gethostname()}: engine.sync_dir"
+                " (and the run directory) must be on storage that every agent's node can read at the same path"
+            )
         self.engine.load_weights_dir(path)
         self.version = version
         return version
+
+    def close(self) -> None:
+        """Free the engine now (a multi-process engine stops its processes) rather than when the actor dies."""
+        self.engine.close()

@@ -33,10 +33,16 @@ class RolloutWorker:
             return generate
 
         self.settings = settings
+        self._remote = remote
         self.runner = RolloutRunner(settings, encode, remote(agent), remote(snapshot) if snapshot is not None else None)
 
     def ready(self) -> bool:
         return True
+
+    def set_agents(self, agent: Any, snapshot: Any | None = None) -> None:
+        """Point at restarted agent actors (the driver replaces one that died)."""
+        self.runner.policy = self._remote(agent)
+        self.runner.snapshot = self._remote(snapshot) if snapshot is not None else None
 
     def run(self, plans: list[GroupPlan], sampling_seed: int) -> list[Episode]:
         return self.runner.run(plans, sampling_seed)

@@ -22,9 +22,13 @@ def build_engine(
     gpu_memory_utilization: float = 0.85,
     seed: int = 0,
     trust_remote_code: bool = False,
+    multiprocess: bool = False,
 ) -> Engine:
-    """An engine of `backend` (`vllm` or `hf`) over the model directory."""
+    """An engine of `backend` (`vllm` or `hf`) over the model directory. `multiprocess` runs vLLM's
+    engine core in its own processes (weights then only through `load_weights_dir`)."""
     if backend == "hf":
+        if multiprocess:
+            raise ValueError("multiprocess is a vllm engine option; the hf backend always runs in-process")
         from strat.engines.hf import HFEngine
 
         return HFEngine(model_path, dtype=dtype, trust_remote_code=trust_remote_code)
@@ -43,5 +47,6 @@ def build_engine(
             gpu_memory_utilization=gpu_memory_utilization,
             seed=seed,
             trust_remote_code=trust_remote_code,
+            multiprocess=multiprocess,
         )
     raise ValueError(f"unknown engine backend {backend!r} (allowed: vllm, hf)")

@@ -24,7 +24,7 @@ class HFEngine(Engine):
 
         self._tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
+            model_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code, use_safetensors=True
         ).to(device)
         self.model.eval()
         self.device = torch.device(device)

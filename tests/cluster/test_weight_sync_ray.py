@@ -1,0 +1,92 @@
+"""`strat.weight_sync.sync_agents` / `sync_snapshot` through real Ray actors (learner + an hf agent):
+both modes end with the agent answering as the learner. The engine side of every path, including a
+multi-process vLLM engine, is in test_weight_sync.py; an hf agent keeps this module quick."""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from transformers import AutoTokenizer
+
+from strat.config import load_config
+from strat.engines import SamplingParams
+from strat.learner import LearnerSettings
+from strat.records import TrainSample
+from strat.weight_sync import PREFIX, resolve_weight_sync, snapshot_path, sync_agents, sync_path, sync_root, sync_snapshot
+
+from .sync_helpers import perturbing_samples, prompts_for
+
+MAX_TOKENS = 16
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Cluster:
+    learner: Any
+    agents: list[Any]
+    prompts: list[list[int]]
+    samples: list[TrainSample]
+    model_dir: Path
+
+
+@pytest.fixture(scope="module")
+def cluster(tiny_model_dir: Path) -> Iterator[Cluster]:
+    from strat.actors.agent import AgentActor
+    from strat.actors.learner import Learner
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        # One agent keeps the module's start-up short (each actor process imports torch and transformers).
+        agents = [AgentActor.options(num_cpus=0.25).remote("hf", str(tiny_model_dir), {})]
+        learner = Learner.options(num_cpus=0.25).remote(str(tiny_model_dir), LearnerSettings(lr=2e-2))
+        ray.get([h.ready.remote() for h in (*agents, learner)], timeout=300)
+        tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+        yield Cluster(learner, agents, prompts_for(tokenizer), perturbing_samples(tokenizer), tiny_model_dir)
+    finally:
+        ray.shutdown()
+
+
+def _greedy(agent: Any, prompts: list[list[int]]) -> list[list[int]]:
+    generations = ray.get(agent.generate.remote(prompts, SamplingParams(max_tokens=MAX_TOKENS, temperature=0)))
+    return [list(g.token_ids) for g in generations]
+
+
+def _step(cluster: Cluster) -> list[list[int]]:
+    """Reset the agents to the base weights, update the learner twice; the learner's greedy output."""
+    ray.get([agent.load_weights_dir.remote(str(cluster.model_dir), 0) for agent in cluster.agents])
+    for _ in range(2):
+        ray.get(cluster.learner.update.remote(cluster.samples))
+    return ray.get(cluster.learner.greedy.remote(cluster.prompts, MAX_TOKENS))
+
+
+@pytest.mark.parametrize("weight_sync", ["object_store", "directory"])
+def test_sync_agents(cluster: Cluster, tmp_path: Path, weight_sync: str) -> None:
+    config = load_config(None, [f"run.output_dir={tmp_path}", "engine.backend=hf", f"engine.weight_sync={weight_sync}"])
+    mode = resolve_weight_sync(config)
+    for version in (1, 2):
+        expected = _step(cluster)
+        before = [_greedy(agent, cluster.prompts) for agent in cluster.agents]
+        assert all(b != expected for b in before)
+        sync_agents(cluster.learner, cluster.agents, mode, sync_path(config, config.run_dir, version), version)
+        assert [_greedy(agent, cluster.prompts) for agent in cluster.agents] == [expected] * len(cluster.agents)
+    if mode == "directory":
+        assert [p.name for p in sync_root(config, config.run_dir).iterdir()] == [f"{PREFIX}2"]
+    else:
+        assert not sync_root(config, config.run_dir).exists()
+
+
+@pytest.mark.parametrize("weight_sync", ["object_store", "directory"])
+def test_sync_snapshot(cluster: Cluster, tmp_path: Path, weight_sync: str) -> None:
+    config = load_config(None, [f"run.output_dir={tmp_path}", "engine.backend=hf", f"engine.weight_sync={weight_sync}"])
+    expected = _step(cluster)
+    snapshot = cluster.agents[0]
+    sync_snapshot(cluster.learner, snapshot, resolve_weight_sync(config), snapshot_path(config, config.run_dir, 3), 3)
+    assert _greedy(snapshot, cluster.prompts) == expected
+
+
+def test_a_directory_the_agent_cannot_see_is_named(cluster: Cluster, tmp_path: Path) -> None:
+    with pytest.raises(ray.exceptions.RayTaskError, match="every agent's node can read"):
+        ray.get(cluster.agents[0].load_weights_dir.remote(str(tmp_path / "missing"), 9))

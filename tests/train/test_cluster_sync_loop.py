@@ -1,0 +1,82 @@
+"""The driver with directory weight sync: a multi-process vLLM agent and a LoRA learner (proposed test)."""
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import ray
+
+from strat import metrics
+from strat.config import load_config
+from strat.engines import SamplingParams
+from strat.records import TrainSample
+from strat.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"
+SMALL = [
+    "algorithm.groups_per_step=2", "algorithm.group_size=3", "reasoning.max_new_tokens=24",
+    "eval.games=6", "eval.samples_per_infoset=2", "eval.bootstrap=5", "logging.samples_every=1",
+    "resources.rollout_workers=1",
+]
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def _config(tmp_path: Path, model_dir: Path, *extra: str):
+    return load_config(DEFAULT, [f"model.path={model_dir}", f"run.output_dir={tmp_path}", *SMALL, *extra])
+
+
+@pytest.mark.parametrize("extra", [
+    ["engine.backend=vllm", "engine.multiprocess=true"],
+    ["engine.backend=hf", "engine.weight_sync=directory", "learner.lora.enabled=true", "learner.lora.r=4"],
+], ids=["vllm-multiprocess", "hf-lora"])
+def test_directory_sync_makes_agents_answer_as_the_learner(local_ray, tmp_path: Path, tiny_model_dir: Path, extra) -> None:
+    config = _config(tmp_path, tiny_model_dir, *extra, "resources.cpus_per_agent=0.25", "algorithm.lr=0.05")
+    trainer = Trainer(config, config.run_dir)
+    assert trainer._weight_sync == "directory"
+    trainer._prepare_run_dir()
+    trainer.model_path = str(tiny_model_dir)
+    trainer._start_ray()
+    try:
+        trainer._start_actors()
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+        prompts = [list(tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True)["input_ids"])
+                   for t in ("You hold the King.", "Your opponent bet.", "Legal actions: pass, bet")]
+        greedy = SamplingParams(max_tokens=16, temperature=0)
+        target = tuple(tokenizer.encode("<action>bet</action>") + [tokenizer.convert_tokens_to_ids("<|im_end|>")])
+        before = [list(g.token_ids) for g in ray.get(trainer.agents[0].generate.remote(prompts, greedy))]
+        samples = [TrainSample("g", f"e{i}", "player_0", 0, tuple(p), target, (0.0,) * len(target), 1.0)
+                   for i, p in enumerate(prompts)]
+        for _ in range(3):
+            ray.get(trainer.learner.update.remote(samples))
+        for version in (1, 2):
+            trainer._sync(version=version)
+        expected = ray.get(trainer.learner.greedy.remote(prompts, 16))
+        after = [list(g.token_ids) for g in ray.get(trainer.agents[0].generate.remote(prompts, greedy))]
+        assert after != before and after == expected
+        assert [p.name for p in (config.run_dir / "sync").iterdir()] == ["step_2"]
+    finally:
+        trainer._stop_actors()
+
+
+def test_lora_directory_loop_with_snapshot_resumes(local_ray, tmp_path: Path, tiny_model_dir: Path) -> None:
+    common = ["engine.backend=hf", "engine.weight_sync=directory", "learner.lora.enabled=true", "learner.lora.r=4",
+              "schedule.max_staleness=0", "schedule.checkpoint_every=1", "schedule.eval_every=0",
+              "game.opponents=[{kind: self, weight: 1}, {kind: snapshot, weight: 1}]", "schedule.snapshot_every=1",
+              "algorithm.lr=0.01"]
+    first = _config(tmp_path, tiny_model_dir, *common, "schedule.steps=2")
+    Trainer(first, first.run_dir).run()
+    assert (first.run_dir / "checkpoints" / "step_2" / "adapter" / "adapter_model.safetensors").is_file()
+    assert sorted(p.name for p in (first.run_dir / "sync").iterdir()) == ["snapshot", "step_2"]
+    resumed = load_config(first.run_dir / "config.yaml", ["schedule.steps=3"])
+    Trainer(resumed, first.run_dir, resume=True).run()
+    assert [r["step"] for r in metrics.read(first.run_dir)] == [1, 2, 3]  # no step-0 record: eval_every=0
