@@ -33,9 +33,10 @@ endif
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The slow fault-injection tests (killed actors, SIGTERM/SIGKILL and resume), ~5-10 min on 2 cores.
+# The slow fault-injection tests (killed actors, SIGTERM/SIGKILL and resume) and the long
+# trainer-level weight-sync loops, ~10-15 min on 2 cores.
 test-faults: install
-	$(BIN)/python -m pytest -m faults tests/reliability $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "faults or long" tests $(PYTEST_ARGS)
 
 check: install
 	$(BIN)/strat check $(CONFIG)

@@ -481,7 +481,14 @@ class Trainer:
         self._sync(version=self.step)
         if self.snapshot is not None and (latest.path / "snapshot").is_dir():
             self._snapshot_step = int(loop_state["snapshot_step"])
-            self._snapshot_weights = str(latest.path / "snapshot")
+            # A copy outside the checkpoint, which keep_checkpoints may prune while a restarted
+            # snapshot agent could still need it.
+            kept = snapshot_path(self.config, self.run_dir, self._snapshot_step)
+            if not kept.is_dir():
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(latest.path / "snapshot", kept.with_name(kept.name + ".tmp"), dirs_exist_ok=True)
+                kept.with_name(kept.name + ".tmp").rename(kept)
+            self._snapshot_weights = str(kept)
             ray.get(self.snapshot.load_weights_dir.remote(self._snapshot_weights, self._snapshot_step))
         self._snapshot_step = int(loop_state.get("snapshot_step", 0))
         log.info("resumed from %s (step %d)", latest.path, latest.step)

@@ -13,6 +13,9 @@ from strat.engines import SamplingParams
 from strat.records import TrainSample
 from strat.trainer import Trainer
 
+# Over a minute each on 2 cores (a multi-process vLLM start-up, a LoRA loop with resume): make test-faults.
+pytestmark = pytest.mark.long
+
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"
 SMALL = [
