@@ -94,6 +94,21 @@ def lora_settings(config: ExperimentConfig) -> LoraSettings | None:
     return LoraSettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout, target_modules=tuple(lora.target_modules))
 
 
+def engine_kwargs(config: ExperimentConfig) -> dict[str, Any]:
+    """The arguments every agent actor's engine is built with."""
+    return {
+        "dtype": config.engine.dtype,
+        "max_model_len": config.engine.max_model_len,
+        "kv_cache_bytes": config.engine.kv_cache_bytes,
+        "max_num_seqs": config.engine.max_num_seqs,
+        "tensor_parallel_size": config.engine.tensor_parallel_size,
+        "gpu_memory_utilization": config.engine.gpu_memory_utilization,
+        "seed": config.run.seed,
+        "trust_remote_code": config.model.trust_remote_code,
+        "multiprocess": config.engine.multiprocess,
+    }
+
+
 def warm_start_settings(config: ExperimentConfig):  # -> strat.warmstart.WarmStartSettings
     from strat.warmstart import WarmStartSettings
 
@@ -383,17 +398,7 @@ class Trainer:
         config = self.config
         res = config.resources
         check_resources(config, ray.cluster_resources())
-        self._engine_kwargs = {
-            "dtype": config.engine.dtype,
-            "max_model_len": config.engine.max_model_len,
-            "kv_cache_bytes": config.engine.kv_cache_bytes,
-            "max_num_seqs": config.engine.max_num_seqs,
-            "tensor_parallel_size": config.engine.tensor_parallel_size,
-            "gpu_memory_utilization": config.engine.gpu_memory_utilization,
-            "seed": config.run.seed,
-            "trust_remote_code": config.model.trust_remote_code,
-            "multiprocess": config.engine.multiprocess,
-        }
+        self._engine_kwargs = engine_kwargs(config)
         self.placement = None
         if needs_placement(config):
             # One placement group per role; a plan that cannot fit is refused here, before any actor.

@@ -102,19 +102,10 @@ class BenchContext:
 
 
 def engine_kwargs(config: ExperimentConfig, **changes: Any) -> dict[str, Any]:
-    """The engine arguments the trainer gives its agent actors (kept in step with `Trainer._start_actors`)."""
-    out = {
-        "dtype": config.engine.dtype,
-        "max_model_len": config.engine.max_model_len,
-        "kv_cache_bytes": config.engine.kv_cache_bytes,
-        "max_num_seqs": config.engine.max_num_seqs,
-        "tensor_parallel_size": config.engine.tensor_parallel_size,
-        "gpu_memory_utilization": config.engine.gpu_memory_utilization,
-        "seed": config.run.seed,
-        "trust_remote_code": config.model.trust_remote_code,
-    }
-    if getattr(config.engine, "multiprocess", False):
-        out["multiprocess"] = True
+    """The engine arguments the trainer gives its agent actors, with `changes` applied."""
+    from strat.trainer import engine_kwargs as trainer_engine_kwargs
+
+    out = trainer_engine_kwargs(config)
     out.update(changes)
     return out
 
