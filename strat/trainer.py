@@ -484,8 +484,8 @@ class Trainer:
         self._checkpointed_step = latest.step
         self.baseline.load_state_dict(loop_state.get("baseline", {}))
         self._sync(version=self.step)
+        self._snapshot_step = int(loop_state.get("snapshot_step", 0))
         if self.snapshot is not None and (latest.path / "snapshot").is_dir():
-            self._snapshot_step = int(loop_state["snapshot_step"])
             # A copy outside the checkpoint, which keep_checkpoints may prune while a restarted
             # snapshot agent could still need it.
             kept = snapshot_path(self.config, self.run_dir, self._snapshot_step)
@@ -495,7 +495,6 @@ class Trainer:
                 kept.with_name(kept.name + ".tmp").rename(kept)
             self._snapshot_weights = str(kept)
             ray.get(self.snapshot.load_weights_dir.remote(self._snapshot_weights, self._snapshot_step))
-        self._snapshot_step = int(loop_state.get("snapshot_step", 0))
         log.info("resumed from %s (step %d)", latest.path, latest.step)
         return latest.step
 

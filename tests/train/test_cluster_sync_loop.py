@@ -1,7 +1,6 @@
 """The driver with directory weight sync: a multi-process vLLM agent and a LoRA learner (proposed test)."""
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,28 +12,10 @@ from strat.engines import SamplingParams
 from strat.records import TrainSample
 from strat.trainer import Trainer
 
+from .test_ray_training import _config, local_ray  # noqa: F401  (a shared module fixture)
+
 # Over a minute each on 2 cores (a multi-process vLLM start-up, a LoRA loop with resume): make test-faults.
 pytestmark = pytest.mark.long
-
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"
-SMALL = [
-    "algorithm.groups_per_step=2", "algorithm.group_size=3", "reasoning.max_new_tokens=24",
-    "eval.games=6", "eval.samples_per_infoset=2", "eval.bootstrap=5", "logging.samples_every=1",
-    "resources.rollout_workers=1",
-]
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
-
-
-def _config(tmp_path: Path, model_dir: Path, *extra: str):
-    return load_config(DEFAULT, [f"model.path={model_dir}", f"run.output_dir={tmp_path}", *SMALL, *extra])
-
 
 @pytest.mark.parametrize("extra", [
     ["engine.backend=vllm", "engine.multiprocess=true"],
