@@ -123,6 +123,40 @@ POLICIES: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
 }
 
 
+def kuhn_poker_contrarian(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
+    """The Kuhn heuristic upside down, three times in four: lean to bet, or call a bet, with the lower cards and to
+    check, or fold, the highest ones."""
+    return _lean(PASS if env.card(agent) >= env.spec.num_players - 1 else BET, env.legal_actions(agent))
+
+
+def leduc_poker_contrarian(env: LeducPokerEnv, agent: str) -> dict[int, float]:
+    """The Leduc heuristic upside down, three times in four: lean to raise with a weak hand and to fold a strong one
+    to a raise, else to check or call."""
+    card, public = env.card(agent), env.public_card()
+    legal = env.legal_actions(agent)
+    strong = card >= env.spec.num_players - 1 or card == public
+    if not strong and RAISE in legal:
+        return _lean(RAISE, legal)
+    if not strong or FOLD not in legal:
+        return _lean(CALL, legal)
+    return _lean(FOLD, legal)
+
+
+def _lean(action: int, legal: list[int], weight: float = 0.5) -> dict[int, float]:
+    """`action` with probability `weight`, else uniform over `legal` (so every legal move keeps some chance)."""
+    probs = dict.fromkeys(legal, (1.0 - weight) / len(legal))
+    probs[action] += weight
+    return probs
+
+
+CONTRARIAN: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
+    "kuhn_poker": kuhn_poker_contrarian,
+    "leduc_poker": leduc_poker_contrarian,
+}
+"""Deliberately weak players that read their cards the wrong way round: a warm start that imitates them learns
+to act on its private information (the pathway RL needs) without any of the strategy."""
+
+
 def _pick(action: int) -> dict[int, float]:
     return {action: 1.0}
 

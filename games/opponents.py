@@ -64,6 +64,7 @@ def _availability() -> dict[str, frozenset[str]]:
     return {
         "random": every,
         "heuristic": frozenset(heuristics.POLICIES),
+        "contrarian": frozenset(heuristics.CONTRARIAN),
         "equilibrium": frozenset(equilibrium.GAMES),
         "minimax": frozenset(minimax.GAMES),
     }
@@ -92,6 +93,8 @@ def make_opponent(
         return RandomOpponent(seed)
     if name == "heuristic":
         return PolicyOpponent(name, heuristics.POLICIES[game], seed)
+    if name == "contrarian":
+        return PolicyOpponent(name, heuristics.CONTRARIAN[game], seed)
     if name == "equilibrium":
         return PolicyOpponent(name, equilibrium.policy(game, **options), seed)
     return PolicyOpponent(name, minimax.policy(game), seed)

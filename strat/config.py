@@ -63,8 +63,10 @@ class WarmStartConfig(_Section):
     epochs: int = Field(1, ge=1)
     lr: float = Field(1e-2, gt=0.0)
     batch_size: int = Field(4, ge=1)
-    player: Literal["random", "heuristic"] = "random"
-    """The scripted player whose moves the transcripts show; never the equilibrium."""
+    player: Literal["random", "heuristic", "contrarian"] = "random"
+    """The scripted player whose moves the transcripts show; never the equilibrium. `contrarian` (Kuhn and Leduc
+    poker) leans to the wrong move for its cards three times in four: worse than random, but its moves depend on
+    the private card, so the warm-started model already attends to it and RL only has to turn the mapping around."""
     max_seconds: float = Field(1800.0, gt=0.0)
     """A guard for slow machines: training stops after this long (then not reproducible)."""
     seed: int = Field(0, ge=0)
@@ -329,6 +331,11 @@ def _cross_check(config: ExperimentConfig) -> None:
                 f"game.opponents.{index}.name={opponent.name!r}: not available for {config.game.name}"
                 f" (allowed: {', '.join(allowed)})"
             )
+    if config.warm_start.enabled and config.warm_start.player not in allowed:
+        raise ConfigError(
+            f"warm_start.player={config.warm_start.player!r}: not available for {config.game.name}"
+            f" (allowed: {', '.join(p for p in allowed if p in ('random', 'heuristic', 'contrarian'))})"
+        )
     try:
         spec = games.spec(config.game.name, **config.game.options)
     except (TypeError, ValueError) as err:

@@ -35,7 +35,7 @@ Messages = list[dict[str, str]]
 Example = tuple[Messages, str]
 """(prompt messages, templated response) for one decision."""
 
-WEAK_PLAYERS = ("random", "heuristic")
+WEAK_PLAYERS = ("random", "heuristic", "contrarian")
 """Scripted players whose play may be imitated; equilibrium and minimax would teach strategy, not format."""
 IGNORE_INDEX = -100
 """Label of positions that get no loss (prompt and padding), as torch's cross-entropy expects."""
@@ -62,8 +62,15 @@ _BOARD_INTENT = (
     "They are trying to take good cells.",
     "They want a line of their own.",
 )
+_OWN_LEAD = "My private information:"
 _RECENT_MOVES = 3
 """How many of the others' latest moves `<past>` repeats: enough to read intent, short in long board games."""
+
+
+def _variant(phrasings: Sequence[str], env: TextGameEnv) -> str:
+    """One of `phrasings`, chosen by how far the game has gone: varied across turns, but a function of what the
+    player sees, so that the policy's only free choices in a response are the ones that matter (move, guesses)."""
+    return phrasings[len(env.pyspiel_state.full_history()) % len(phrasings)]
 
 
 def _seat(agent: str) -> int:
@@ -189,11 +196,13 @@ def _past(env: TextGameEnv, agent: str, rng: random.Random, with_belief: bool) -
     # history_text speaks to the agent ("You bet.", "Your opponent checked."); keep what the others did or revealed.
     lines = [line for line in env.history_text(agent).splitlines() if line and not line.startswith("You ")]
     lines = [("My" + line[4:]) if line.startswith("Your ") else line for line in lines[-_RECENT_MOVES:]]
-    text = rng.choice(_PAST_LEAD).format(moves=" ".join(lines)) if lines else rng.choice(_NO_MOVES)
+    text = _variant(_PAST_LEAD, env).format(moves=" ".join(lines)) if lines else _variant(_NO_MOVES, env)
     if env.spec.perfect_information:
-        return f"{text} {rng.choice(_BOARD_INTENT)}" if lines else text
+        return f"{text} {_variant(_BOARD_INTENT, env)}" if lines else text
     if not with_belief:
         return text
+    # Restating one's own private information first puts it next to the belief and the move that depend on it.
+    text = f"{_OWN_LEAD} {env.private_info(agent)}. {text}"
     game = env.spec.name
     if game not in _GUESSES:
         raise ValueError(f"no belief rule for game {game!r}; games with one: {sorted(_GUESSES)}")
@@ -224,10 +233,17 @@ def templated_response(env: TextGameEnv, agent: str, action: int, depth: int, rn
     """A well-formed response of `depth` for `agent` playing `action`, written only from what `agent` can see."""
     name = env.action_name(action, agent)
     past = _past(env, agent, rng, with_belief="past" in DEPTH_SECTIONS[depth])
-    plan = rng.choice(_PLAN).format(action=name, reason=rng.choice(_REASONS))
+    plan = _variant(_PLAN, env).format(action=name, reason=_variant(_REASONS, env))
     if depth == 0:
         return render_response(Sections(think=f"{past} {plan}", action=name), depth)
-    their_view = rng.choice(_VIEW).format(move=name, reading=_reading(env, agent, action)) if depth >= 2 else None
+    # The move is first named in <their_view> (depth 2) or <plan> (depth 1); restating one's own private information
+    # right before it keeps what the move depends on next to it.
+    own = f"{_OWN_LEAD} {env.private_info(agent)}. " if env.private_info(agent) else ""
+    their_view = None
+    if depth >= 2:
+        their_view = own + _variant(_VIEW, env).format(move=name, reading=_reading(env, agent, action))
+    elif depth == 1:
+        plan = own + plan
     return render_response(
         Sections(past=past, their_view=their_view, plan=plan, predict=_predict(env, agent, action, rng), action=name),
         depth,

@@ -49,6 +49,8 @@ def test_override_values_are_yaml_typed() -> None:
         (["algorithm.format_penalty=-1.0"], "algorithm.format_penalty=-1.0:"),
         (["algorithm.format_penalty=-2.0"], "algorithm.format_penalty=-2.0:"),
         (["game.opponents=[{kind: scripted, name: minimax}]"], "game.opponents.0.name='minimax': not available for kuhn_poker"),
+        (["game.name=tic_tac_toe", "game.opponents=[{kind: self}]"],
+         "warm_start.player='contrarian': not available for tic_tac_toe (allowed: random, heuristic)"),
         (["algorithm.kl_coef=0.1"], "kl_coef > 0 needs kl_type"),
         (["resources.gpus_learner=2"], "resources.gpus_learner=2.0: a multi-GPU learner"),
         (["algorithm"], "is not of the form key.sub=value"),

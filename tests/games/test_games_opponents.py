@@ -58,8 +58,8 @@ def mean_return(name: str, hero: str, villain: str, deals: int, **options) -> tu
 
 
 def test_opponent_names_and_errors():
-    assert opponent_names("kuhn_poker") == ["random", "heuristic", "equilibrium"]
-    assert opponent_names("leduc_poker") == ["random", "heuristic", "equilibrium"]
+    assert opponent_names("kuhn_poker") == ["random", "heuristic", "contrarian", "equilibrium"]
+    assert opponent_names("leduc_poker") == ["random", "heuristic", "contrarian", "equilibrium"]
     assert opponent_names("tic_tac_toe") == ["random", "heuristic", "minimax"]
     for name in ("liars_dice", "bargaining", "connect_four"):
         assert opponent_names(name) == ["random", "heuristic"]
@@ -134,6 +134,28 @@ def test_poker_heuristic_beats_random_and_loses_to_equilibrium(name, options, de
     mean, error = mean_return(name, "heuristic", "random", deals // 4, **options)
     assert mean - 1.96 * error > 0, (mean, error)
     mean, error = mean_return(name, "heuristic", "equilibrium", deals, **options)
+    assert mean + 1.96 * error < 0, (mean, error)
+
+
+def test_kuhn_contrarian_is_card_aware_and_weak():
+    """Three times in four it plays the heuristic's move upside down: by hand, J bets 3/4, K bets 1/4, Q bets 1/4
+    (Q is one of the two highest cards), and as a whole it is far more exploitable than uniform play."""
+    contrarian = make_opponent("contrarian", "kuhn_poker")
+    env = games.make("kuhn_poker")
+    game, policy = tabular_policy("kuhn_poker", contrarian)
+    for state_key, probs in policy.to_dict().items():
+        card = int(state_key[0])
+        bet = dict(probs)[1]
+        assert bet == pytest.approx(0.75 if card == 0 else 0.25), state_key
+    _, uniform = tabular_policy("kuhn_poker", make_opponent("random", "kuhn_poker"))
+    assert exploitability.exploitability(game, policy) > exploitability.exploitability(game, uniform) + 0.2
+    env.reset(seed=0)
+    assert set(contrarian.action_probs(env, env.agent_selection)) == set(env.legal_actions(env.agent_selection))
+
+
+@pytest.mark.parametrize(("name", "deals"), [("kuhn_poker", 2000), ("leduc_poker", 2000)])
+def test_contrarian_loses_to_random(name, deals):
+    mean, error = mean_return(name, "contrarian", "random", deals)
     assert mean + 1.96 * error < 0, (mean, error)
 
 
