@@ -60,7 +60,7 @@ class WarmStartConfig(_Section):
     enabled: bool = False
     """Before RL, fine-tune on templated-reasoning transcripts of weak scripted play (format, not strategy)."""
     episodes: int = Field(800, ge=1)
-    epochs: int = Field(1, ge=1)
+    epochs: int = Field(3, ge=1)
     lr: float = Field(1e-2, gt=0.0)
     batch_size: int = Field(4, ge=1)
     player: Literal["random", "heuristic", "contrarian"] = "random"
@@ -320,6 +320,7 @@ def _cross_check(config: ExperimentConfig) -> None:
     import games
     from games.opponents import opponent_names
     from strat.reasoning import validate_format_penalty
+    from strat.warmstart import WEAK_PLAYERS
     from strat.weight_sync import engine_is_multiprocess
 
     if not config.game.opponents:
@@ -334,7 +335,7 @@ def _cross_check(config: ExperimentConfig) -> None:
     if config.warm_start.enabled and config.warm_start.player not in allowed:
         raise ConfigError(
             f"warm_start.player={config.warm_start.player!r}: not available for {config.game.name}"
-            f" (allowed: {', '.join(p for p in allowed if p in ('random', 'heuristic', 'contrarian'))})"
+            f" (allowed: {', '.join(p for p in allowed if p in WEAK_PLAYERS)})"
         )
     try:
         spec = games.spec(config.game.name, **config.game.options)
