@@ -291,7 +291,7 @@ class WarmStartSettings:
 
     episodes: int = 800
     """Games of scripted play whose decisions become the training examples (Kuhn poker: ~2.2 decisions a game)."""
-    epochs: int = 1
+    epochs: int = 3
     """Passes over the examples."""
     lr: float = 1e-2
     """Peak AdamW learning rate (linear warm-up, then cosine decay to a tenth of it)."""
