@@ -22,14 +22,24 @@ from games.tic_tac_toe import TicTacToeEnv
 
 def kuhn_poker(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
     """Bet, or call a bet, with one of the two highest cards; otherwise check, or fold."""
-    return _pick(BET if env.card(agent) >= env.spec.num_players - 1 else PASS)
+    return _pick(BET if _kuhn_strong(env, agent) else PASS)
+
+
+def _kuhn_strong(env: KuhnPokerEnv, agent: str) -> bool:
+    """One of the two highest cards."""
+    return env.card(agent) >= env.spec.num_players - 1
+
+
+def _leduc_strong(env: LeducPokerEnv, agent: str) -> bool:
+    """A Queen, a King or a pair with the public card."""
+    card = env.card(agent)
+    return card >= env.spec.num_players - 1 or card == env.public_card()
 
 
 def leduc_poker(env: LeducPokerEnv, agent: str) -> dict[int, float]:
     """Raise with a Queen, a King or a pair; otherwise check or call, but fold a Jack to a raise."""
-    card, public = env.card(agent), env.public_card()
     legal = env.legal_actions(agent)
-    strong = card >= env.spec.num_players - 1 or card == public
+    strong = _leduc_strong(env, agent)
     if strong and RAISE in legal:
         return _pick(RAISE)
     if strong or FOLD not in legal:
@@ -126,15 +136,14 @@ POLICIES: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
 def kuhn_poker_contrarian(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
     """The Kuhn heuristic upside down, three times in four: lean to bet, or call a bet, with the lower cards and to
     check, or fold, the highest ones."""
-    return _lean(PASS if env.card(agent) >= env.spec.num_players - 1 else BET, env.legal_actions(agent))
+    return _lean(PASS if _kuhn_strong(env, agent) else BET, env.legal_actions(agent))
 
 
 def leduc_poker_contrarian(env: LeducPokerEnv, agent: str) -> dict[int, float]:
-    """The Leduc heuristic upside down, three times in four: lean to raise with a weak hand and to fold a strong one
+    """The Leduc heuristic upside down, two times in three: lean to raise with a weak hand and to fold a strong one
     to a raise, else to check or call."""
-    card, public = env.card(agent), env.public_card()
     legal = env.legal_actions(agent)
-    strong = card >= env.spec.num_players - 1 or card == public
+    strong = _leduc_strong(env, agent)
     if not strong and RAISE in legal:
         return _lean(RAISE, legal)
     if not strong or FOLD not in legal:

@@ -65,7 +65,7 @@ class WarmStartConfig(_Section):
     batch_size: int = Field(4, ge=1)
     player: Literal["random", "heuristic", "contrarian"] = "random"
     """The scripted player whose moves the transcripts show; never the equilibrium. `contrarian` (Kuhn and Leduc
-    poker) leans to the wrong move for its cards three times in four: worse than random, but its moves depend on
+    poker) leans to the wrong move for its cards (that move half the time, else uniform): worse than random, but its moves depend on
     the private card, so the warm-started model already attends to it and RL only has to turn the mapping around."""
     max_seconds: float = Field(1800.0, gt=0.0)
     """A guard for slow machines: training stops after this long (then not reproducible)."""

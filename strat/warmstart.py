@@ -191,6 +191,12 @@ def _others_name(env: TextGameEnv, seat: int) -> str:
     return "my opponent" if env.spec.num_players == 2 else f"player {seat}"
 
 
+def _own(env: TextGameEnv, agent: str) -> str:
+    """The player's own private information as the opening of a sentence ("" in perfect-information games)."""
+    private = env.private_info(agent)
+    return f"{_OWN_LEAD} {private}. " if private else ""
+
+
 def _past(env: TextGameEnv, agent: str, rng: random.Random, with_belief: bool) -> str:
     """The others' earlier moves in words and, for private-information games, a belief about each of them."""
     # history_text speaks to the agent ("You bet.", "Your opponent checked."); keep what the others did or revealed.
@@ -202,7 +208,7 @@ def _past(env: TextGameEnv, agent: str, rng: random.Random, with_belief: bool) -
     if not with_belief:
         return text
     # Restating one's own private information first puts it next to the belief and the move that depend on it.
-    text = f"{_OWN_LEAD} {env.private_info(agent)}. {text}"
+    text = _own(env, agent) + text
     game = env.spec.name
     if game not in _GUESSES:
         raise ValueError(f"no belief rule for game {game!r}; games with one: {sorted(_GUESSES)}")
@@ -238,7 +244,7 @@ def templated_response(env: TextGameEnv, agent: str, action: int, depth: int, rn
         return render_response(Sections(think=f"{past} {plan}", action=name), depth)
     # The move is first named in <their_view> (depth 2) or <plan> (depth 1); restating one's own private information
     # right before it keeps what the move depends on next to it.
-    own = f"{_OWN_LEAD} {env.private_info(agent)}. " if env.private_info(agent) else ""
+    own = _own(env, agent)
     their_view = None
     if depth >= 2:
         their_view = own + _variant(_VIEW, env).format(move=name, reading=_reading(env, agent, action))

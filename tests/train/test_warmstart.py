@@ -210,7 +210,7 @@ def test_loss_is_cross_entropy_on_response_tokens_only(tiny_model_dir: Path) -> 
 
 def test_warm_start_writes_a_loadable_model_atomically(tiny_model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "warm"
-    figures = warm_start(tiny_model_dir, out, GAME, WarmStartSettings(episodes=6, batch_size=4, lr=1e-2))
+    figures = warm_start(tiny_model_dir, out, GAME, WarmStartSettings(episodes=6, epochs=1, batch_size=4, lr=1e-2))
     assert figures["examples"] >= 6 and figures["steps"] == -(-figures["examples"] // 4)
     assert figures["final_loss"] < figures["first_loss"]
     assert {"config.json", "model.safetensors", "tokenizer.json", "strat_warm.json"} <= {p.name for p in out.iterdir()}
