@@ -8,7 +8,7 @@ from typing import Literal
 
 import torch
 
-from strat.records import ScoredEpisode, TrainSample
+from strat.records import Episode, ScoredEpisode, TrainSample
 
 AdvantageMode = Literal["outcome", "process", "hybrid"]
 Baseline = Literal["group", "ema"]
@@ -48,6 +48,43 @@ class AdvantageStats:
     dropped_groups: int
     turns: int
     comparable_turns: int
+
+
+def zero_spread_group_ids(episodes: Sequence[Episode]) -> list[str]:
+    """Groups (of more than one episode) in which every learning seat got the same outcome in every episode,
+    in order of first appearance: their outcome term is zero, so they teach nothing about the moves."""
+    outcomes: dict[str, dict[str, set[float]]] = {}
+    sizes: dict[str, int] = {}
+    for episode in episodes:
+        sizes[episode.group_id] = sizes.get(episode.group_id, 0) + 1
+        seats = outcomes.setdefault(episode.group_id, {})
+        for agent in episode.ego_agents:
+            seats.setdefault(agent, set()).add(episode.outcome(agent))
+    return [
+        group for group, seats in outcomes.items()
+        if sizes[group] > 1 and all(len(values) == 1 for values in seats.values())
+    ]
+
+
+def replace_zero_spread_groups(episodes: Sequence[Episode], fresh: Sequence[Episode]) -> tuple[list[Episode], int]:
+    """`episodes` with zero-spread groups replaced, in order, by the groups of `fresh` that have spread; each
+    replacement takes the place of the group it replaces. Returns the episodes and the number replaced."""
+    flat = zero_spread_group_ids(episodes)
+    flat_fresh = set(zero_spread_group_ids(fresh))
+    useful: dict[str, list[Episode]] = {}
+    for episode in fresh:
+        if episode.group_id not in flat_fresh:
+            useful.setdefault(episode.group_id, []).append(episode)
+    swaps = dict(zip(flat, useful.values(), strict=False))
+    placed: set[str] = set()
+    out: list[Episode] = []
+    for episode in episodes:
+        if episode.group_id not in swaps:
+            out.append(episode)
+        elif episode.group_id not in placed:
+            out.extend(swaps[episode.group_id])
+            placed.add(episode.group_id)
+    return out, len(swaps)
 
 
 def normalise(values: torch.Tensor, eps: float) -> torch.Tensor:

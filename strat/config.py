@@ -206,6 +206,8 @@ class AlgorithmConfig(_Section):
     loss_agg: Literal["token_mean", "seq_mean"] = "token_mean"
     kl_type: Literal["none", "k1", "k3"] = "none"
     kl_coef: float = Field(0.0, ge=0.0)
+    entropy_coef: float = Field(0.0, ge=0.0)
+    """Weight of an entropy bonus on the response tokens (0: none; the mean entropy is logged as policy/entropy)."""
     dph_divergence: Literal["none", "forward_kl", "js"] = "none"
     dph_eta: float = Field(0.02, ge=0.0)
     fiberpo: bool = False
@@ -221,7 +223,15 @@ class AlgorithmConfig(_Section):
     """Reward for invalid output; must be strictly worse than the game's worst legal return."""
     penalize_malformed: bool = True
     """Give the format penalty also to a legal action whose reasoning sections break the format."""
+    penalize_misstated: bool = True
+    """Give the format penalty also to a response that restates the player's own private information wrongly
+    ("My private information: X." with X not the player's): otherwise learning can change the restated card
+    instead of the move that depends on it."""
     zero_spread: Literal["keep", "drop", "resample"] = "keep"
+    """Groups whose outcomes are all equal: keep them, drop them from the update (when their advantages are all
+    zero), or `resample`: play freshly dealt groups in their place, keeping those with spread."""
+    resample_rounds: int = Field(2, ge=1)
+    """With zero_spread=resample: rounds of extra groups per step (each plays as many as are still flat)."""
 
     @model_validator(mode="after")
     def _kl_coef_needs_type(self) -> AlgorithmConfig:
@@ -310,7 +320,6 @@ _NOT_BUILT: list[tuple[str, Any, str]] = [
      "a multi-GPU learner (one actor per GPU under torch.distributed, FSDP2 via strat.learner.shard_model)"
      " is not started by the driver yet"),
     ("algorithm.dph_divergence", lambda v: v != "none", "DPH-RL rehearsal samples are not wired into the learner yet"),
-    ("algorithm.zero_spread", lambda v: v == "resample", "resampling zero-spread groups is not built yet"),
     ("comparison.agreement", lambda v: v != "token_f1", "the comparator builds no embedding or judge engine yet"),
 ]
 

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from strat import checkpoint
-from strat.losses import LossConfig, policy_loss, token_logprobs
+from strat.losses import LossConfig, policy_loss, token_entropy, token_logprobs
 from strat.records import TrainBatch, TrainSample
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -164,6 +164,14 @@ def write_safetensors(state: dict[str, torch.Tensor], directory: Path, max_shard
 
 def sequence_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: float) -> torch.Tensor:
     """Log-probs [B, R] of the response tokens under the temperature-scaled model (0 on padding)."""
+    return sequence_logprobs_and_entropy(model, batch, temperature, entropy=False)[0]
+
+
+def sequence_logprobs_and_entropy(
+    model: torch.nn.Module, batch: TrainBatch, temperature: float, entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs [B, R] of the response tokens and, with `entropy`, the policy's entropy [B, R] at each of
+    them, under the temperature-scaled model (0 on padding)."""
     input_ids = batch.input_ids
     attention = batch.attention_mask.long()
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
@@ -175,7 +183,11 @@ def sequence_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: fl
     ).logits
     predicting = logits[:, :-1, :]
     logprobs = token_logprobs(predicting, batch.response_ids, temperature)
-    return torch.where(batch.response_mask, logprobs, torch.zeros_like(logprobs))
+    logprobs = torch.where(batch.response_mask, logprobs, torch.zeros_like(logprobs))
+    if not entropy:
+        return logprobs, None
+    values = token_entropy(predicting, temperature)
+    return logprobs, torch.where(batch.response_mask, values, torch.zeros_like(values))
 
 
 class PolicyLearner:
@@ -325,7 +337,10 @@ class PolicyLearner:
                 if batch_epoch != epoch:
                     continue
                 with self._autocast():
-                    logprobs = sequence_logprobs(self.model, batch, settings.temperature)
+                    # The entropy costs another pass over the vocabulary: only when its bonus is on.
+                    logprobs, entropy = sequence_logprobs_and_entropy(
+                        self.model, batch, settings.temperature, entropy=settings.loss.entropy_coef > 0
+                    )
                 if key not in proximal:
                     proximal[key] = logprobs.detach()
                 if epoch == 0:
@@ -341,18 +356,22 @@ class PolicyLearner:
                     batch.response_mask,
                     behaviour_logprobs=batch.behaviour_logprobs if settings.stale else None,
                     ref_logprobs=ref,
+                    entropy=entropy,
                 )
                 # Each micro-batch's mean is weighted by its share of the whole batch, so that the
                 # accumulated gradient is that of one mean over all tokens (or all sequences).
                 share = len(key) / len(samples) if seq_mean else int(batch.response_mask.sum()) / total_tokens
                 (out.loss * share).backward()
-                for name, value in (
+                figures = [
                     ("loss/policy", out.loss),
                     ("loss/clip_frac", out.clip_fraction),
                     ("loss/approx_kl", out.approx_kl),
                     ("loss/ratio_mean", out.ratio_mean),
                     ("loss/kl", out.divergence if out.divergence is not None else torch.zeros(())),
-                ):
+                ]
+                if out.entropy is not None:
+                    figures.append(("policy/entropy", out.entropy))
+                for name, value in figures:
                     sums[name] = sums.get(name, 0.0) + float(value.detach()) * share / settings.epochs
             norm = torch.nn.utils.clip_grad_norm_(self._trainable(), settings.grad_clip)
             if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2

@@ -36,6 +36,8 @@ class LossOutput:
     ratio_max: torch.Tensor
     divergence: torch.Tensor | None = None
     """The KL or DPH divergence value, for terms that have one."""
+    entropy: torch.Tensor | None = None
+    """Mean per-token entropy of the policy, when it was computed."""
 
 
 @dataclass(frozen=True)
@@ -54,12 +56,20 @@ class LossConfig:
     fiberpo_delta: float = 0.2
     fiberpo_eps: float = 0.2
     is_cap: float = 2.0
+    entropy_coef: float = 0.0
+    """Weight of an entropy bonus over response tokens: keeps the policy sampling every move while it learns."""
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float) -> torch.Tensor:
     """Log-probs [B, T] of `token_ids` under softmax(logits / temperature); `logits` [B, T, V] already predict them."""
     logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
     return logprobs.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
+
+
+def token_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Entropy [B, T] of softmax(logits / temperature) at each position; `logits` [B, T, V]."""
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return -(logprobs.exp() * logprobs).sum(dim=-1)
 
 
 def aggregate(values: torch.Tensor, mask: torch.Tensor, agg: LossAgg) -> torch.Tensor:
@@ -212,11 +222,33 @@ def policy_loss(
     mask: torch.Tensor,
     behaviour_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
 ) -> LossOutput:
-    """The surrogate (clipped or FiberPO) plus `kl_coef` x the KL penalty; diagnostics are the surrogate's.
+    """The surrogate (clipped or FiberPO) plus `kl_coef` x the KL penalty minus `entropy_coef` x the mean
+    token entropy; diagnostics are the surrogate's.
 
     With `behaviour_logprobs` (stale samples) each token is weighted by proximal/behaviour truncated at `is_cap`.
+    `entropy` [B, T] (see `token_entropy`) is needed when `entropy_coef` > 0.
     """
+    out = _policy_terms(config, logprobs, proximal_logprobs, advantages, mask, behaviour_logprobs, ref_logprobs)
+    if entropy is None:
+        if config.entropy_coef > 0:
+            raise ValueError("entropy_coef > 0 needs the per-token entropy")
+        return out
+    mean_entropy = aggregate(entropy, mask, config.loss_agg)
+    loss = out.loss - config.entropy_coef * mean_entropy if config.entropy_coef > 0 else out.loss
+    return replace(out, loss=loss, entropy=mean_entropy.detach())
+
+
+def _policy_terms(
+    config: LossConfig,
+    logprobs: torch.Tensor,
+    proximal_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    behaviour_logprobs: torch.Tensor | None,
+    ref_logprobs: torch.Tensor | None,
+) -> LossOutput:
     is_weight = None
     if behaviour_logprobs is not None:
         is_weight = truncated_is_weight(proximal_logprobs, behaviour_logprobs, mask, config.is_cap)

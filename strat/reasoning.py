@@ -54,6 +54,10 @@ _NO_HISTORY = "No moves yet."
 _LEGAL_HEADER = "Legal actions:"
 _PRIVATE_HEADER = "Your private information:"
 
+OWN_INFO_LEAD = "My private information:"
+"""How a response restates the player's own private information (the warm start's templates do, before the move)."""
+_OWN_INFO = re.compile(re.escape(OWN_INFO_LEAD) + r"\s*([^.\n<]*)", re.IGNORECASE)
+
 _TAG = re.compile(r"<\s*(/?)\s*(think|past|their[\s_-]?view|plan|predict|action)\s*>", re.IGNORECASE)
 
 
@@ -218,6 +222,19 @@ def decide(
     return Decision(
         fallback, game.action_name(fallback, agent), valid=False, fallback_used=True, penalty=format_penalty
     )
+
+
+def misstates_private_info(text: str, private: str) -> bool:
+    """True when `text` restates the player's own private information ("My private information: X.") as
+    anything but `private`. A response that never restates it does not misstate it.
+
+    The move of a model that restates its card before acting depends on the restatement, so a wrong one
+    lets the policy act on a card it does not hold: learning would then move the restatement, not the move.
+    """
+    if not private:
+        return False
+    expected = " ".join(private.split()).casefold()
+    return any(" ".join(m.group(1).split()).casefold() != expected for m in _OWN_INFO.finditer(text))
 
 
 def validate_format_penalty(penalty: float, return_range: tuple[float, float]) -> None:

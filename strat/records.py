@@ -44,6 +44,8 @@ class Turn:
     fallback_used: bool = False
     penalty: float | None = None
     """The format penalty this turn earned, None when the action was valid."""
+    misstated: bool = False
+    """The response restated the player's own private information wrongly."""
     response: ParsedResponse | None = None
     prompt_text: str = ""
     response_text: str = ""

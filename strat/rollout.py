@@ -14,7 +14,7 @@ import games
 from games.base import TextGameEnv
 from games.opponents import Opponent, make_opponent
 from strat.engines.base import Generation, SamplingParams
-from strat.reasoning import build_messages, decide, parse_response
+from strat.reasoning import build_messages, decide, misstates_private_info, parse_response
 from strat.records import Episode, Turn
 
 Generate = Callable[[list[list[int]], SamplingParams], list[Generation]]
@@ -49,6 +49,8 @@ class RolloutSettings:
     format_penalty: float = -3.0
     penalize_malformed: bool = True
     """Also penalise responses whose action is legal but whose sections break the format."""
+    penalize_misstated: bool = True
+    """Also penalise responses that restate the player's own private information wrongly."""
     group_size: int = 8
     max_tokens: int = 128
     temperature: float = 1.0
@@ -82,8 +84,22 @@ class GroupPlan:
     ego_seat: int
 
 
-def plan_groups(settings: RolloutSettings, run_seed: int, step: int, worker: int, num_groups: int) -> list[GroupPlan]:
-    """Choose each group's deal seed, opponent (weighted mixture) and ego seat, reproducibly."""
+def plan_groups(
+    settings: RolloutSettings, run_seed: int, step: int, worker: int, num_groups: int, resample_round: int = 0
+) -> list[GroupPlan]:
+    """Choose each group's deal seed, opponent (weighted mixture) and ego seat, reproducibly.
+
+    `resample_round` > 0 plans the extra groups that replace zero-spread ones: new ids and deal seeds."""
+    if resample_round:
+        return [
+            dataclasses.replace(
+                plan,
+                group_id=f"s{step}-w{worker}-r{resample_round}-g{index}",
+                seed=derive_seed(run_seed, step, worker, index, "resample", resample_round) % (2**31),
+            )
+            for index, plan in enumerate(plan_groups(settings, derive_seed(run_seed, "resample", resample_round),
+                                                     step, worker, num_groups))
+        ]
     rng = random.Random(derive_seed(run_seed, step, worker, "plan"))
     weights = [choice.weight for choice in settings.opponents]
     num_players = games.spec(settings.game, **settings.game_options).num_players
@@ -235,6 +251,9 @@ class RolloutRunner:
                 # A legal move in a broken format still plays, but must not pay: otherwise the
                 # reasoning sections decay once they stop mattering to the return.
                 penalty = settings.format_penalty
+            misstated = misstates_private_info(generation.text, env.private_info(agent))
+            if penalty is None and settings.penalize_misstated and misstated:
+                penalty = settings.format_penalty
             game.turns.append(
                 Turn(
                     episode_id=game.episode_id,
@@ -245,6 +264,7 @@ class RolloutRunner:
                     valid=decision.valid,
                     fallback_used=decision.fallback_used,
                     penalty=penalty,
+                    misstated=misstated,
                     response=parsed,
                     response_text=generation.text,
                     prompt_token_ids=tuple(prompt),

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from strat import checkpoint
-from strat.advantage import AdvantageConfig, AdvantageStats, RoleBaseline, compute_advantages
+from strat.advantage import (
+    AdvantageConfig,
+    AdvantageStats,
+    RoleBaseline,
+    compute_advantages,
+    replace_zero_spread_groups,
+    zero_spread_group_ids,
+)
 from strat.comparison import ComparisonWeights
 from strat.config import ConfigError, ExperimentConfig, load_config, save_resolved
 from strat.evaluate import EXPLOITABLE_GAMES, mean_interval
@@ -48,6 +55,7 @@ def rollout_settings(config: ExperimentConfig) -> RolloutSettings:
         depth=config.reasoning.depth,
         format_penalty=config.algorithm.format_penalty,
         penalize_malformed=config.algorithm.penalize_malformed,
+        penalize_misstated=config.algorithm.penalize_misstated,
         group_size=config.algorithm.group_size,
         max_tokens=config.reasoning.max_new_tokens,
         temperature=config.reasoning.temperature,
@@ -70,6 +78,7 @@ def learner_settings(config: ExperimentConfig) -> LearnerSettings:
             loss_agg=algo.loss_agg,
             kl_type=algo.kl_type,
             kl_coef=algo.kl_coef,
+            entropy_coef=algo.entropy_coef,
             dph_divergence=algo.dph_divergence,
             dph_eta=algo.dph_eta,
             fiberpo=algo.fiberpo,
@@ -132,7 +141,7 @@ def advantage_config(config: ExperimentConfig) -> AdvantageConfig:
 
 def episode_metrics(scored: list[ScoredEpisode]) -> dict[str, float]:
     """Reward, format validity and CoT figures of a step's ego turns."""
-    ego_returns, valid, llm_turns, tokens = [], 0, 0, 0
+    ego_returns, valid, misstated, llm_turns, tokens = [], 0, 0, 0, 0
     scores, predicts, beliefs = [], [], []
     for item in scored:
         episode = item.episode
@@ -141,6 +150,7 @@ def episode_metrics(scored: list[ScoredEpisode]) -> dict[str, float]:
             if turn.agent in episode.ego_agents and turn.response is not None:
                 llm_turns += 1
                 valid += int(turn.valid and turn.response.format_valid)
+                misstated += int(turn.misstated)
                 tokens += len(turn.response_token_ids)
         for score in item.scores:
             if score.comparable:
@@ -157,6 +167,7 @@ def episode_metrics(scored: list[ScoredEpisode]) -> dict[str, float]:
         "episodes/count": float(len(scored)),
         "reward/mean": mean(ego_returns),
         "format/valid_rate": valid / llm_turns if llm_turns else None,
+        "format/misstated_rate": misstated / llm_turns if llm_turns else None,
         "cot/score_mean": mean(scores),
         "cot/predict_acc": mean(predicts),
         "cot/belief_acc": mean(beliefs),
@@ -612,9 +623,7 @@ class Trainer:
     def _launch_rollout(self, step: int) -> None:
         """Start step `step`'s rollout on every worker; groups are split over workers."""
         config = self.config
-        num_workers = len(self.workers)
-        per_worker = [config.algorithm.groups_per_step // num_workers + (i < config.algorithm.groups_per_step % num_workers)
-                      for i in range(num_workers)]
+        per_worker = self._split(config.algorithm.groups_per_step)
         settings = rollout_settings(config)
         shares = [
             self._launch_share(index, plan_groups(settings, config.run.seed, step, index, count),
@@ -638,6 +647,13 @@ class Trainer:
             self._launch_rollout(step)
         _, shares, launched = self._pending
         self._pending = None
+        episodes = self._gather(shares, f"step {step} rollout")
+        return episodes, time.perf_counter() - launched
+
+    def _gather(self, shares: list[_Share], where: str) -> list[Episode]:
+        """The episodes of `shares` in worker order; a share whose worker or agent died is played again."""
+        import ray
+
         done: dict[int, list[Episode]] = {}
         while shares:
             failed, error = [], None
@@ -651,10 +667,41 @@ class Trainer:
                     error = err
             if not failed:
                 break
-            self._recover(f"step {step} rollout", error)
+            self._recover(where, error)
             shares = [self._launch_share(s.worker, s.plans, s.sampling_seed) for s in failed]
-        episodes = [episode for worker in sorted(done) for episode in done[worker]]
-        return episodes, time.perf_counter() - launched
+        return [episode for worker in sorted(done) for episode in done[worker]]
+
+    def _split(self, count: int) -> list[int]:
+        """How many of `count` groups each rollout worker plays."""
+        workers = len(self.workers)
+        return [count // workers + (index < count % workers) for index in range(workers)]
+
+    def _resample_zero_spread(self, step: int, episodes: list[Episode]) -> tuple[list[Episode], dict[str, float]]:
+        """Replace groups with no outcome spread by freshly dealt ones that have some (DAPO's dynamic
+        sampling), in up to `algorithm.resample_rounds` rounds on the current weights; groups still without
+        spread after the last round are kept. The replacements take the replaced groups' places."""
+        config = self.config
+        settings = rollout_settings(config)
+        played = replaced = 0
+        started = time.perf_counter()
+        for round_index in range(1, config.algorithm.resample_rounds + 1):
+            flat = zero_spread_group_ids(episodes)
+            if not flat:
+                break
+            shares = [
+                self._launch_share(index, plan_groups(settings, config.run.seed, step, index, count, round_index),
+                                   derive_seed(config.run.seed, step, index, "resample", round_index))
+                for index, count in enumerate(self._split(len(flat))) if count > 0
+            ]
+            fresh = self._gather(shares, f"step {step} resampling")
+            played += len(flat)
+            episodes, swapped = replace_zero_spread_groups(episodes, fresh)
+            replaced += swapped
+        return episodes, {
+            "groups/resampled": float(replaced),
+            "groups/resample_played": float(played),
+            "time/resample_s": time.perf_counter() - started,
+        }
 
     def _on_agents(self, where: str, call: Callable[[], list[Any]]) -> Any:
         """Run calls on agents/workers (made by `call`), restarting dead ones and calling again."""
@@ -681,6 +728,10 @@ class Trainer:
         started = time.perf_counter()
         overlap = config.schedule.max_staleness > 0
         episodes, rollout_s = self._collect_rollout(step)
+        resampling: dict[str, float] = {}
+        if config.algorithm.zero_spread == "resample":
+            # Before the next rollout starts and before any weight sync: the extra groups use the same weights.
+            episodes, resampling = self._resample_zero_spread(step, episodes)
         self.ledger.write(step, episodes)
         rollout_wait_s = time.perf_counter() - started
         sync_s = 0.0
@@ -716,7 +767,9 @@ class Trainer:
         else:
             self._unsynced = step
 
-        record: dict[str, Any] = {"step": step, **episode_metrics(scored), **advantage_metrics(stats), **learn}
+        record: dict[str, Any] = {
+            "step": step, **episode_metrics(scored), **advantage_metrics(stats), **resampling, **learn
+        }
         record.setdefault("loss/kl", 0.0)
         if evaluate:
             record.update(self._evaluate())

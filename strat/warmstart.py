@@ -23,7 +23,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from strat.reasoning import BELIEF_MARKER, DEPTH_SECTIONS, build_messages, decide, parse_response, render_response
+from strat.reasoning import (
+    BELIEF_MARKER,
+    DEPTH_SECTIONS,
+    OWN_INFO_LEAD,
+    build_messages,
+    decide,
+    parse_response,
+    render_response,
+)
 from strat.records import Sections
 
 if TYPE_CHECKING:
@@ -62,7 +70,6 @@ _BOARD_INTENT = (
     "They are trying to take good cells.",
     "They want a line of their own.",
 )
-_OWN_LEAD = "My private information:"
 _RECENT_MOVES = 3
 """How many of the others' latest moves `<past>` repeats: enough to read intent, short in long board games."""
 
@@ -194,7 +201,7 @@ def _others_name(env: TextGameEnv, seat: int) -> str:
 def _own(env: TextGameEnv, agent: str) -> str:
     """The player's own private information as the opening of a sentence ("" in perfect-information games)."""
     private = env.private_info(agent)
-    return f"{_OWN_LEAD} {private}. " if private else ""
+    return f"{OWN_INFO_LEAD} {private}. " if private else ""
 
 
 def _past(env: TextGameEnv, agent: str, rng: random.Random, with_belief: bool) -> str:

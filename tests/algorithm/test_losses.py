@@ -17,6 +17,7 @@ from strat.losses import (
     kl_penalty,
     policy_loss,
     rehearsal_loss,
+    token_entropy,
     token_logprobs,
     truncated_is_weight,
 )
@@ -229,3 +230,28 @@ def test_token_logprobs_use_the_temperature() -> None:
     ids = torch.tensor([[0, 1]])
     at_two = token_logprobs(logits, ids, temperature=2.0)
     assert at_two[0].tolist() == pytest.approx([math.log(math.e / (math.e + 1)), math.log(0.5)])
+
+
+def test_token_entropy_by_hand() -> None:
+    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [math.log(3.0), 0.0, -1e9, -1e9]]])
+    entropy = token_entropy(logits, temperature=1.0)[0]
+    assert entropy[0].item() == pytest.approx(math.log(4.0))  # uniform over 4
+    # p = (3/4, 1/4): H = -(3/4 ln 3/4 + 1/4 ln 1/4)
+    assert entropy[1].item() == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)), rel=1e-6)
+    # A high temperature flattens the distribution: more entropy.
+    assert token_entropy(logits, temperature=4.0)[0, 1].item() > entropy[1].item()
+
+
+def test_entropy_bonus_is_subtracted_from_the_surrogate() -> None:
+    logprobs = _leaf([-1.0, -2.0, -0.5])
+    proximal = logprobs.detach().clone()
+    advantages = torch.tensor([1.0], dtype=torch.float64)
+    entropy = torch.tensor([[0.3, 0.6, 0.9]], dtype=torch.float64)
+    plain = policy_loss(LossConfig(), logprobs, proximal, advantages, FULL)
+    reported = policy_loss(LossConfig(), logprobs, proximal, advantages, FULL, entropy=entropy)
+    bonus = policy_loss(LossConfig(entropy_coef=0.1), logprobs, proximal, advantages, FULL, entropy=entropy)
+    assert reported.loss.item() == pytest.approx(plain.loss.item())  # coef 0: reported, not added
+    assert reported.entropy.item() == pytest.approx(0.6)
+    assert bonus.loss.item() == pytest.approx(plain.loss.item() - 0.1 * 0.6)
+    with pytest.raises(ValueError, match="entropy"):
+        policy_loss(LossConfig(entropy_coef=0.1), logprobs, proximal, advantages, FULL)

@@ -47,10 +47,12 @@ def test_loop_runs_and_writes_outputs(
     local_ray, tmp_path: Path, tiny_model_dir: Path, backend: str, staleness: int
 ) -> None:
     # vLLM runs with the next rollout overlapping the update; evaluation at step 2 then has to wait
-    # for the rollout of step 3 and sync first.
+    # for the rollout of step 3 and sync first. The hf run also replays zero-spread groups.
     steps = 2 + staleness
+    zero_spread = "resample" if backend == "hf" else "keep"
     config = _config(tmp_path, tiny_model_dir, f"engine.backend={backend}", f"schedule.steps={steps}",
-                     "schedule.eval_every=2", "schedule.checkpoint_every=2", f"schedule.max_staleness={staleness}")
+                     "schedule.eval_every=2", "schedule.checkpoint_every=2", f"schedule.max_staleness={staleness}",
+                     f"algorithm.zero_spread={zero_spread}")
     records = Trainer(config, config.run_dir).run()
     assert [r["step"] for r in records] == list(range(steps + 1))
     for record in records[1:]:
@@ -58,6 +60,9 @@ def test_loop_runs_and_writes_outputs(
         assert not missing, missing
         assert record["episodes/count"] == 6
         assert record["logprob/engine_learner_gap"] < 1e-3
+        if zero_spread == "resample":
+            # Replacements are whole groups: the step still trains on 2 groups of 3.
+            assert 0 <= record["groups/resampled"] <= record["groups/resample_played"]
     assert "eval/exploitability" in records[0] and "eval/exploitability_ci" in records[2]
     assert "eval/win_rate_vs_random" in records[2]
     run_dir = config.run_dir

@@ -9,7 +9,8 @@ import torch
 from strat.advantage import AdvantageConfig, compute_advantages
 from strat.comparison import ComparisonWeights, score_episodes
 from strat.engines import build_engine
-from strat.learner import LearnerSettings, PolicyLearner, sequence_logprobs
+from strat.learner import LearnerSettings, PolicyLearner, sequence_logprobs, sequence_logprobs_and_entropy
+from strat.losses import LossConfig
 from strat.records import TrainBatch
 from strat.rollout import OpponentChoice, RolloutRunner, RolloutSettings, derive_seed, plan_groups
 
@@ -130,3 +131,22 @@ def test_update_moves_the_policy_toward_positive_advantage(engine, tiny_model_di
     assert after[0] > before[0] and after[1] < before[1]
     assert metrics["logprob/engine_learner_gap"] < 1e-4
     assert metrics["learn/skipped"] == 0
+
+
+def test_entropy_bonus_alone_makes_the_policy_less_certain(engine, tiny_model_dir: Path) -> None:
+    runner = _runner(engine, opponents=(OpponentChoice("self"),))
+    episodes = runner.run(plan_groups(runner.settings, 0, 0, 0, 1), sampling_seed=4)
+    samples, _ = compute_advantages(score_episodes(episodes, ComparisonWeights()), AdvantageConfig(mode="outcome"))
+    samples = [replace(sample, advantage=0.0) for sample in samples[:4]]  # no reward signal at all
+    learner = PolicyLearner(
+        tiny_model_dir, LearnerSettings(lr=1e-2, micro_batch=2, loss=LossConfig(entropy_coef=1.0))
+    )
+    batch = TrainBatch.collate(samples, learner.pad_id)
+    with torch.no_grad():
+        _, before = sequence_logprobs_and_entropy(learner.model.eval(), batch, 1.0)
+    metrics = learner.update(samples)
+    with torch.no_grad():
+        _, after = sequence_logprobs_and_entropy(learner.model.eval(), batch, 1.0)
+    mask = batch.response_mask
+    assert after[mask].mean() > before[mask].mean()
+    assert metrics["policy/entropy"] == pytest.approx(float(before[mask].mean()), rel=1e-4)
