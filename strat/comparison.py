@@ -13,8 +13,8 @@ from strat.reasoning import BELIEF_MARKER
 from strat.records import NO_SCORE, Episode, ScoredEpisode, Turn, TurnScore
 
 AgreementMethod = Literal["token_f1", "embedding", "judge"]
-Embed = Callable[[str], Sequence[float]]
-"""Text -> vector, for agreement by cosine similarity; injected so nothing is downloaded here."""
+Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
+"""A batch of texts -> one vector each, for agreement by cosine similarity; injected so nothing is loaded here."""
 ChatMessages = list[dict[str, str]]
 Generate = Callable[[list[ChatMessages]], list[str]]
 """A batch of chat prompts -> one completion each; the comparator backs it with the judge's engine."""
@@ -188,13 +188,15 @@ def token_f1_scorer(pairs: Sequence[AgreementPair]) -> list[float | None]:
 
 
 def embedding_scorer(embed: Embed) -> AgreementScorer:
-    """Agreement by cosine similarity of `embed`'s vectors; an empty expectation scores 0."""
+    """Agreement by cosine similarity of `embed`'s vectors, one batched call; an empty expectation scores 0."""
 
     def score(pairs: Sequence[AgreementPair]) -> list[float | None]:
-        return [
-            cosine_agreement(embed(pair.their_view), embed(pair.opponent_past)) if pair.their_view else 0.0
-            for pair in pairs
-        ]
+        texts = [text for pair in pairs if pair.their_view for text in (pair.their_view, pair.opponent_past)]
+        vectors = list(embed(texts)) if texts else []
+        if len(vectors) != len(texts):
+            raise ValueError(f"the embedder returned {len(vectors)} vectors for {len(texts)} texts")
+        remaining = iter(vectors)
+        return [cosine_agreement(next(remaining), next(remaining)) if pair.their_view else 0.0 for pair in pairs]
 
     return score
 

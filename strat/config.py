@@ -40,14 +40,7 @@ class ModelConfig(_Section):
             game = value.split(":", 1)[1]
             _check_game_name(game)
             return value
-        folder = Path(value).expanduser()
-        if not folder.is_dir():
-            raise ValueError(f"no model directory at {value!r} (a local path or tiny:<game> is accepted)")
-        if not any(folder.glob("*.safetensors")):
-            raise ValueError(
-                f"{value!r} holds no *.safetensors weights; Strat loads weights only from safetensors "
-                "(convert a pytorch_model.bin once with transformers' save_pretrained(safe_serialization=True))"
-            )
+        _check_model_dir(value, "a local path or tiny:<game> is accepted")
         return value
 
     @property
@@ -188,7 +181,18 @@ class ComparisonConfig(_Section):
     judge_engine: Literal["separate", "policy"] = "separate"
     """The judge gets its own engine; `policy` (circular: the policy judges itself) is explicit."""
     judge_model: str | None = None
-    """Model directory of the LLM judge (agreement=judge)."""
+    """Model directory of the LLM judge (agreement=judge with judge_engine=separate); it runs on an engine of
+    `engine.backend`, greedy, in the comparator (which needs resources.gpus_comparator on a GPU run)."""
+    embedding_model: str | None = None
+    """Model directory of the embedder (agreement=embedding): the mean-pooled, L2-normalised last hidden
+    state of its transformers AutoModel; agreement is the cosine of the two texts' vectors, clipped to [0, 1]."""
+
+    @field_validator("judge_model", "embedding_model")
+    @classmethod
+    def _model_exists(cls, value: str | None) -> str | None:
+        if value is not None:
+            _check_model_dir(value, "a local Hugging Face model directory is accepted")
+        return value
 
 
 class AlgorithmConfig(_Section):
@@ -306,6 +310,39 @@ class ExperimentConfig(_Section):
         return Path(self.run.output_dir) / self.run.name
 
 
+def _check_model_dir(value: str, accepted: str) -> None:
+    folder = Path(value).expanduser()
+    if not folder.is_dir():
+        raise ValueError(f"no model directory at {value!r} ({accepted})")
+    if not any(folder.glob("*.safetensors")):
+        raise ValueError(
+            f"{value!r} holds no *.safetensors weights; Strat loads weights only from safetensors "
+            "(convert a pytorch_model.bin once with transformers' save_pretrained(safe_serialization=True))"
+        )
+
+
+def _check_comparison(comparison: ComparisonConfig) -> None:
+    """Each agreement method gets the one model it uses; a model or judge engine it would ignore is refused."""
+    method = comparison.agreement
+    judge, separate = method == "judge", comparison.judge_engine == "separate"
+    if judge and separate and comparison.judge_model is None:
+        raise ConfigError("comparison.judge_model: agreement=judge on a separate engine needs a judge model directory"
+                          " (or judge_engine=policy to let the policy judge itself)")
+    if judge and not separate and comparison.judge_model is not None:
+        raise ConfigError(f"comparison.judge_model={comparison.judge_model!r}: judge_engine=policy judges with the"
+                          " policy's own engine; unset judge_model or use judge_engine=separate")
+    if not judge and comparison.judge_model is not None:
+        raise ConfigError(f"comparison.judge_model={comparison.judge_model!r}: only used with agreement=judge,"
+                          f" not agreement={method}")
+    if not judge and not separate:
+        raise ConfigError(f"comparison.judge_engine=policy: only used with agreement=judge, not agreement={method}")
+    if method == "embedding" and comparison.embedding_model is None:
+        raise ConfigError("comparison.embedding_model: agreement=embedding needs an embedding model directory")
+    if method != "embedding" and comparison.embedding_model is not None:
+        raise ConfigError(f"comparison.embedding_model={comparison.embedding_model!r}: only used with"
+                          f" agreement=embedding, not agreement={method}")
+
+
 def _check_game_name(name: str) -> None:
     import games
 
@@ -320,7 +357,6 @@ _NOT_BUILT: list[tuple[str, Any, str]] = [
      "a multi-GPU learner (one actor per GPU under torch.distributed, FSDP2 via strat.learner.shard_model)"
      " is not started by the driver yet"),
     ("algorithm.dph_divergence", lambda v: v != "none", "DPH-RL rehearsal samples are not wired into the learner yet"),
-    ("comparison.agreement", lambda v: v != "token_f1", "the comparator builds no embedding or judge engine yet"),
 ]
 
 
@@ -368,9 +404,7 @@ def _cross_check(config: ExperimentConfig) -> None:
         raise ConfigError(
             "learner.device=cuda: the learner actor sees no GPU unless resources.gpus_learner >= 1 (or use device=auto)"
         )
-    if config.comparison.agreement == "judge" and config.comparison.judge_engine == "separate":
-        if config.comparison.judge_model is None:
-            raise ConfigError("comparison.judge_model: agreement=judge on a separate engine needs a judge model directory")
+    _check_comparison(config.comparison)
 
 
 def _refuse_unbuilt(config: ExperimentConfig) -> None:

@@ -24,6 +24,7 @@ from strat.advantage import (
     replace_zero_spread_groups,
     zero_spread_group_ids,
 )
+from strat.agreement_models import AgreementSettings
 from strat.comparison import ComparisonWeights
 from strat.config import ConfigError, ExperimentConfig, load_config, save_resolved
 from strat.evaluate import EXPLOITABLE_GAMES, mean_interval
@@ -116,6 +117,19 @@ def engine_kwargs(config: ExperimentConfig) -> dict[str, Any]:
         "trust_remote_code": config.model.trust_remote_code,
         "multiprocess": config.engine.multiprocess,
     }
+
+
+def agreement_settings(config: ExperimentConfig) -> AgreementSettings:
+    """How the comparator scores agreement; a separate judge's engine is built as the agents' are, on one device
+    and without running code shipped with the judge's checkpoint."""
+    comparison = config.comparison
+    return AgreementSettings(
+        method=comparison.agreement,
+        judge_engine=comparison.judge_engine,
+        model_dir=comparison.judge_model if comparison.agreement == "judge" else comparison.embedding_model,
+        backend=config.engine.backend,
+        engine_kwargs={**engine_kwargs(config), "tensor_parallel_size": 1, "trust_remote_code": False},
+    )
 
 
 def warm_start_settings(config: ExperimentConfig):  # -> strat.warmstart.WarmStartSettings
@@ -426,7 +440,8 @@ class Trainer:
         weights = config.comparison.weights
         self.comparator = CoTComparator.options(
             num_cpus=res.cpus_comparator, num_gpus=res.gpus_comparator, **self._placed("comparator")
-        ).remote(ComparisonWeights(weights.predict, weights.belief, weights.agreement), config.comparison.agreement)
+        ).remote(ComparisonWeights(weights.predict, weights.belief, weights.agreement), agreement_settings(config),
+                 self._judges())
         self.learner = Learner.options(
             num_cpus=res.cpus_learner, num_gpus=res.gpus_learner, **self._placed("learner")
         ).remote(self.model_path, learner_settings(config))
@@ -553,7 +568,14 @@ class Trainer:
                 worker.set_agents.remote(self.agents[i % len(self.agents)], self.snapshot)
                 for i, worker in enumerate(self.workers) if i not in dead_workers
             ])
+        if dead_agents and self._judges():
+            ray.get(self.comparator.set_agents.remote(self._judges()))
         self._collect_handles()
+
+    def _judges(self) -> list[Any]:
+        """The agent actors the comparator judges with: the policy's when comparison.judge_engine=policy."""
+        comparison = self.config.comparison
+        return list(self.agents) if comparison.agreement == "judge" and comparison.judge_engine == "policy" else []
 
     @staticmethod
     def _alive(handle: Any) -> bool:
@@ -587,15 +609,20 @@ class Trainer:
                 raise RunAborted(f"the learner actor died at step {self.step + 1}; {self._resume_hint()}") from None
             raise
 
-    def _comparator_get(self, ref: Any) -> Any:
-        """Scores from the comparator; its death ends the run after a checkpoint of the last step."""
+    def _comparator_get(self, episodes: list[Episode]) -> list[ScoredEpisode]:
+        """Scores from the comparator; its death ends the run after a checkpoint of the last step. An agent
+        that dies while the policy judges is restarted and the scoring repeated."""
         import ray
 
-        try:
-            return ray.get(ref)
-        except Exception as err:  # noqa: BLE001
-            if not _actor_died(err):
-                raise
+        while True:
+            try:
+                return ray.get(self.comparator.score.remote(episodes))
+            except Exception as err:  # noqa: BLE001
+                if not _actor_died(err):
+                    raise
+                if not (self._judges() and self._alive(self.comparator)):
+                    break
+                self._recover("comparison", err)
         if self.step > 0 and self._checkpointed_step != self.step:
             self._checkpoint(self.step)
         raise RunAborted(f"the comparator actor died at step {self.step + 1}; {self._resume_hint()}")
@@ -744,7 +771,7 @@ class Trainer:
             if step < config.schedule.steps:
                 self._launch_rollout(step + 1)
 
-        scored: list[ScoredEpisode] = self._comparator_get(self.comparator.score.remote(episodes))
+        scored = self._comparator_get(episodes)
         samples, stats = compute_advantages(scored, advantage_config(config),
                                             self.baseline if config.algorithm.baseline == "ema" else None)
         if step in self._inject_nonfinite:

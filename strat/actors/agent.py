@@ -12,6 +12,7 @@ import ray
 import torch
 
 import strat  # noqa: F401  (thread and offline defaults before torch work)
+from strat.agreement_models import chat_completions
 from strat.engines import Engine, Generation, SamplingParams, build_engine
 
 
@@ -21,6 +22,7 @@ class AgentActor:
 
     def __init__(self, backend: str, model_path: str, engine_kwargs: dict[str, Any]) -> None:
         self.engine: Engine = build_engine(backend, model_path, **engine_kwargs)
+        self.max_model_len: int | None = engine_kwargs.get("max_model_len")
         self.version = 0
 
     def ready(self) -> int:
@@ -28,6 +30,10 @@ class AgentActor:
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         return self.engine.generate(prompts, params)
+
+    def complete_chat(self, conversations: list[list[dict[str, str]]], params: SamplingParams) -> list[str]:
+        """The completion text of each chat conversation (the comparator's judge when the policy judges)."""
+        return chat_completions(self.engine, conversations, params, self.max_model_len)
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor], version: int) -> int:
         self.engine.load_state_dict(state)

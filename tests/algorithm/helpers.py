@@ -65,3 +65,28 @@ def scored(ep: Episode, scores: dict[int, float | None]) -> ScoredEpisode:
             for i, s in scores.items()
         ),
     )
+
+
+def kuhn_self_play(depth: int = 2, episode_id: str = "k") -> Episode:
+    """Two LLM players: player 0 bets expecting to look strong, player 1 reads strength and calls."""
+    first = Sections(
+        past="No moves yet.\nbelief: Queen", their_view="a bet shows strength", plan="bet", predict="pass", action="bet"
+    )
+    second = Sections(
+        past="player 0 bet shows strength\nbelief: King",
+        their_view="calling",
+        plan="call",
+        predict="none",
+        action="bet",
+    )
+    if depth == 1:
+        first = Sections(past=first.past, plan="bet", predict="pass", action="bet")
+        second = Sections(past=second.past, plan="call", predict="none", action="bet")
+    return episode(
+        episode_id,
+        "g",
+        [turn("player_0", 0, "bet", first, depth), turn("player_1", 1, "bet", second, depth)],
+        {"player_0": 2.0, "player_1": -2.0},
+        ego=("player_0", "player_1"),
+        private_info={"player_0": "King", "player_1": "Queen"},
+    )

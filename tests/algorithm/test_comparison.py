@@ -15,6 +15,7 @@ from strat.comparison import (
     combine,
     cosine_agreement,
     dice_values,
+    embedding_scorer,
     item_values,
     judge_messages,
     judge_scorer,
@@ -25,7 +26,7 @@ from strat.comparison import (
 )
 from strat.records import NO_SCORE, Sections
 
-from .helpers import episode, turn
+from .helpers import episode, kuhn_self_play, turn
 
 
 def test_prediction_accuracy() -> None:
@@ -128,11 +129,50 @@ def test_judge_scorer_batches_and_parses() -> None:
 def test_agreement_scorer_choice() -> None:
     pair = [AgreementPair("e", 0, "g", "a b", "a b")]
     assert agreement_scorer("token_f1")(pair) == [1.0]
-    assert agreement_scorer("embedding", embed=lambda text: [1.0, float(len(text))])(pair) == [pytest.approx(1.0)]
+    embed = lambda texts: [[1.0, float(len(text))] for text in texts]  # noqa: E731
+    assert agreement_scorer("embedding", embed=embed)(pair) == [pytest.approx(1.0)]
     with pytest.raises(ValueError, match="embed"):
         agreement_scorer("embedding")
     with pytest.raises(ValueError, match="generate"):
         agreement_scorer("judge")
+
+
+def test_embedding_scorer_embeds_all_texts_in_one_call() -> None:
+    pairs = [
+        AgreementPair("e", 0, "g", "ab", "abcd"),
+        AgreementPair("e", 2, "g", "", "anything"),
+        AgreementPair("e", 4, "g", "abc", "abc"),
+    ]
+    calls: list[list[str]] = []
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        calls.append(list(texts))
+        return [[1.0, float(len(text))] for text in texts]
+
+    # (1, 2)·(1, 4) / (sqrt 5 sqrt 17) = 9 / sqrt 85; identical texts 1; the empty expectation 0 unasked.
+    assert embedding_scorer(embed)(pairs) == [pytest.approx(9 / 85**0.5), 0.0, pytest.approx(1.0)]
+    assert calls == [["ab", "abcd", "abc", "abc"]]
+    with pytest.raises(ValueError, match="vectors"):
+        embedding_scorer(lambda texts: [])(pairs)
+
+
+def test_judge_verdict_score_7_is_0_7_in_the_turn_score() -> None:
+    judge = judge_scorer(lambda batch: ["Score: 7"] * len(batch))
+    [scored] = score_episodes([kuhn_self_play()], ComparisonWeights(), judge)
+    first = scored.scores[0]
+    # Turn 0: predict 0 (pass predicted, the opponent bet), no belief yet, agreement 7/10: (0 + 0.7) / 2.
+    assert (first.predict, first.belief, first.agreement) == (0.0, None, pytest.approx(0.7))
+    assert first.score == pytest.approx(0.35) and first.comparable
+
+
+def test_unreadable_verdict_leaves_agreement_out() -> None:
+    nonsense = judge_scorer(lambda batch: ["\x19exldues strategically"] * len(batch))
+    [scored] = score_episodes([kuhn_self_play()], ComparisonWeights(), nonsense)
+    first = scored.scores[0]
+    # Only the prediction (0) is left to combine.
+    assert (first.agreement, first.score, first.comparable) == (None, 0.0, True)
+    [only_agreement] = score_episodes([kuhn_self_play()], ComparisonWeights(predict=0.0, belief=0.0), nonsense)
+    assert [(s.comparable, s.score) for s in only_agreement.scores] == [(False, NO_SCORE), (False, NO_SCORE)]
 
 
 def test_combine_and_weights() -> None:
@@ -146,32 +186,8 @@ def test_combine_and_weights() -> None:
         ComparisonWeights(predict=-1.0)
 
 
-def _kuhn_self_play(depth: int = 2):
-    first = Sections(
-        past="No moves yet.\nbelief: Queen", their_view="a bet shows strength", plan="bet", predict="pass", action="bet"
-    )
-    second = Sections(
-        past="player 0 bet shows strength\nbelief: King",
-        their_view="calling",
-        plan="call",
-        predict="none",
-        action="bet",
-    )
-    if depth == 1:
-        first = Sections(past=first.past, plan="bet", predict="pass", action="bet")
-        second = Sections(past=second.past, plan="call", predict="none", action="bet")
-    return episode(
-        "k",
-        "g",
-        [turn("player_0", 0, "bet", first, depth), turn("player_1", 1, "bet", second, depth)],
-        {"player_0": 2.0, "player_1": -2.0},
-        ego=("player_0", "player_1"),
-        private_info={"player_0": "King", "player_1": "Queen"},
-    )
-
-
 def test_score_episode_by_hand() -> None:
-    [scored] = score_episodes([_kuhn_self_play()], ComparisonWeights())
+    [scored] = score_episodes([kuhn_self_play()], ComparisonWeights())
     first, second = scored.scores
     # Turn 0: predicted pass, the opponent bet; no earlier opponent move, so no belief score;
     # token F1 of {a, bet, shows, strength} vs {player, 0, bet, shows, strength, belief, king}: P 3/4, R 3/7.
@@ -181,13 +197,13 @@ def test_score_episode_by_hand() -> None:
     # Turn 1: its call ends the game ("none" is right), it names player 0's King; nobody reads its move.
     assert (second.predict, second.belief, second.agreement) == (1.0, 1.0, None)
     assert second.score == 1.0 and second.comparable
-    [only_agreement] = score_episodes([_kuhn_self_play()], ComparisonWeights(predict=0.0, belief=0.0))
+    [only_agreement] = score_episodes([kuhn_self_play()], ComparisonWeights(predict=0.0, belief=0.0))
     assert only_agreement.scores[0].score == pytest.approx(6 / 11)
     assert not only_agreement.scores[1].comparable and only_agreement.scores[1].score == NO_SCORE
 
 
 def test_depth_decides_the_components() -> None:
-    [depth1] = score_episodes([_kuhn_self_play(depth=1)], ComparisonWeights())
+    [depth1] = score_episodes([kuhn_self_play(depth=1)], ComparisonWeights())
     assert [s.agreement for s in depth1.scores] == [None, None]
     baseline = episode(
         "d0",
@@ -215,7 +231,7 @@ def test_scripted_opponent_and_missing_sections() -> None:
 
 
 def test_unscored_games_have_no_belief() -> None:
-    ep = _kuhn_self_play()
+    ep = kuhn_self_play()
     ttt = episode("t", "g", list(ep.turns), ep.returns, ego=ep.ego_agents, game="tic_tac_toe", private_info={})
     [scored] = score_episodes([ttt], ComparisonWeights())
     assert [s.belief for s in scored.scores] == [None, None]

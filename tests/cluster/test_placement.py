@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 def gpu_config(**resources) -> ExperimentConfig:
     """A self-play + snapshot GPU config validated by the schema only (the unbuilt-feature refusal is the trainer's gate)."""
     tree = {"engine": {"tensor_parallel_size": resources.pop("tp", 1)},
+            "comparison": resources.pop("comparison", {}),
             "game": {"opponents": [{"kind": "self"}, {"kind": "snapshot"}]},
             "resources": {"agents": 2, "gpus_per_agent": 1, "gpus_learner": 1, **resources}}
     return ExperimentConfig.model_validate(tree)
@@ -63,6 +64,18 @@ def test_fragmented_cluster_is_refused_by_role() -> None:
 def test_bad_cluster_descriptions(text: str) -> None:
     with pytest.raises(PlacementError, match="cluster"):
         parse_cluster(text)
+
+
+def test_separate_judge_gets_the_comparator_gpu_the_policy_judge_needs_none() -> None:
+    cluster = parse_cluster("nodes=1,gpus_per_node=8")
+    judge = {"agreement": "judge", "judge_engine": "separate"}
+    with pytest.raises(PlacementError, match=r"^comparator: agreement=judge on a separate engine needs"):
+        plan(gpu_config(comparison=judge), cluster)
+    [comparator] = [a for a in plan(gpu_config(comparison=judge, gpus_comparator=1), cluster).actors
+                    if a.role == "comparator"]
+    assert comparator.gpus == 1
+    policy = plan(gpu_config(comparison={"agreement": "judge", "judge_engine": "policy"}), cluster)
+    assert [a.gpus for a in policy.actors if a.role == "comparator"] == [0]
 
 
 def test_cpu_only_run_spreads_over_cpu_nodes() -> None:

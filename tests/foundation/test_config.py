@@ -65,6 +65,43 @@ def test_bad_values_are_refused_with_key_and_allowed(overrides: list[str], expec
     assert "\n" not in message
 
 
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["comparison.agreement=judge"], "comparison.judge_model: agreement=judge on a separate engine needs a judge"),
+        (["comparison.agreement=judge", "comparison.judge_model=/no/judge"],
+         "comparison.judge_model='/no/judge': no model directory at '/no/judge'"),
+        (["comparison.agreement=judge", "comparison.judge_engine=policy", "comparison.judge_model={model}"],
+         "comparison.judge_model='{model}': judge_engine=policy judges with the policy's own engine"),
+        (["comparison.judge_model={model}"], "comparison.judge_model='{model}': only used with agreement=judge"),
+        (["comparison.judge_engine=policy"], "comparison.judge_engine=policy: only used with agreement=judge"),
+        (["comparison.agreement=embedding"], "comparison.embedding_model: agreement=embedding needs an embedding model"),
+        (["comparison.agreement=embedding", "comparison.embedding_model={empty}"],
+         "comparison.embedding_model='{empty}': '{empty}' holds no *.safetensors weights"),
+        (["comparison.agreement=judge", "comparison.judge_model={model}", "comparison.embedding_model={model}"],
+         "comparison.embedding_model='{model}': only used with agreement=embedding, not agreement=judge"),
+    ],
+)
+def test_agreement_models_are_refused_unless_used_and_present(
+    overrides: list[str], expected: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    paths = {"model": str(tiny_model_dir), "empty": str(tmp_path)}
+    with pytest.raises(ConfigError) as caught:
+        load_config(DEFAULT, [o.format(**paths) for o in overrides])
+    message = str(caught.value)
+    assert expected.format(**paths) in message
+    assert "\n" not in message
+
+
+def test_agreement_methods_with_their_model_are_accepted(tiny_model_dir: Path) -> None:
+    judge = load_config(DEFAULT, ["comparison.agreement=judge", f"comparison.judge_model={tiny_model_dir}"])
+    assert (judge.comparison.judge_engine, judge.comparison.judge_model) == ("separate", str(tiny_model_dir))
+    policy = load_config(DEFAULT, ["comparison.agreement=judge", "comparison.judge_engine=policy"])
+    assert policy.comparison.judge_model is None
+    embedding = load_config(DEFAULT, ["comparison.agreement=embedding", f"comparison.embedding_model={tiny_model_dir}"])
+    assert embedding.comparison.embedding_model == str(tiny_model_dir)
+
+
 def test_format_penalty_must_be_worse_than_worst_return() -> None:
     assert load_config(DEFAULT, ["algorithm.format_penalty=-2.01"]).algorithm.format_penalty == -2.01
 
