@@ -487,8 +487,10 @@ def learner_efficiency(ctx: BenchContext, episodes: Sequence[Any]) -> LearnerEff
 
     config = ctx.config
     weights = config.comparison.weights
+    # The advantages only feed the learner's timing: token-F1 agreement stands in for a judge or an embedding
+    # model, which this in-process figure does not start.
     scored = score_episodes(list(episodes), ComparisonWeights(weights.predict, weights.belief, weights.agreement),
-                            agreement_scorer(config.comparison.agreement))
+                            agreement_scorer("token_f1"))
     baseline = RoleBaseline(config.algorithm.ema_decay) if config.algorithm.baseline == "ema" else None
     samples, _ = compute_advantages(scored, advantage_config(config), baseline)
     samples = [s for s in samples if s.response_token_ids]
