@@ -204,11 +204,26 @@ def _own(env: TextGameEnv, agent: str) -> str:
     return f"{OWN_INFO_LEAD} {private}. " if private else ""
 
 
-def _past(env: TextGameEnv, agent: str, rng: random.Random, with_belief: bool) -> str:
-    """The others' earlier moves in words and, for private-information games, a belief about each of them."""
+def _others_moves(env: TextGameEnv, agent: str) -> list[str]:
+    """What the others did or revealed so far, one sentence each, in the player's words."""
     # history_text speaks to the agent ("You bet.", "Your opponent checked."); keep what the others did or revealed.
     lines = [line for line in env.history_text(agent).splitlines() if line and not line.startswith("You ")]
-    lines = [("My" + line[4:]) if line.startswith("Your ") else line for line in lines[-_RECENT_MOVES:]]
+    return [("My" + line[4:]) if line.startswith("Your ") else line for line in lines]
+
+
+def _situation(env: TextGameEnv, agent: str) -> str:
+    """The player's own private information and the others' latest move, as the opening of a sentence: what the move
+    depends on, restated right before it ("" in perfect-information games)."""
+    own = _own(env, agent)
+    if not own:
+        return ""
+    moves = _others_moves(env, agent)
+    return own + (f"{moves[-1]} " if moves else "No one has moved yet. ")
+
+
+def _past(env: TextGameEnv, agent: str, rng: random.Random, with_belief: bool) -> str:
+    """The others' earlier moves in words and, for private-information games, a belief about each of them."""
+    lines = _others_moves(env, agent)[-_RECENT_MOVES:]
     text = _variant(_PAST_LEAD, env).format(moves=" ".join(lines)) if lines else _variant(_NO_MOVES, env)
     if env.spec.perfect_information:
         return f"{text} {_variant(_BOARD_INTENT, env)}" if lines else text
@@ -250,13 +265,13 @@ def templated_response(env: TextGameEnv, agent: str, action: int, depth: int, rn
     if depth == 0:
         return render_response(Sections(think=f"{past} {plan}", action=name), depth)
     # The move is first named in <their_view> (depth 2) or <plan> (depth 1); restating one's own private information
-    # right before it keeps what the move depends on next to it.
-    own = _own(env, agent)
+    # and the others' latest move right before it keeps what the move depends on next to it.
+    situation = _situation(env, agent)
     their_view = None
     if depth >= 2:
-        their_view = own + _variant(_VIEW, env).format(move=name, reading=_reading(env, agent, action))
+        their_view = situation + _variant(_VIEW, env).format(move=name, reading=_reading(env, agent, action))
     elif depth == 1:
-        plan = own + plan
+        plan = situation + plan
     return render_response(
         Sections(past=past, their_view=their_view, plan=plan, predict=_predict(env, agent, action, rng), action=name),
         depth,

@@ -143,9 +143,10 @@ def test_responses_are_the_same_whatever_the_opponent_holds(
 @pytest.mark.parametrize("depth", [1, 2])
 @pytest.mark.parametrize("game", ["kuhn_poker", "leduc_poker", "liars_dice", "bargaining"])
 def test_own_private_information_is_restated_right_before_the_move(game: str, depth: int) -> None:
-    """The section that first names the move opens with the player's own private information, so that the move
-    can depend on it at a short distance; and the phrasing is a function of what the player sees (only the guesses
-    about others are drawn), so a response has no free choices beyond the move and the guesses."""
+    """The section that first names the move opens with the player's own private information and the others'
+    latest move, so that the move can depend on both at a short distance; and the phrasing is a function of what
+    the player sees (only the guesses about others are drawn), so a response has no free choices beyond the move
+    and the guesses."""
     rng = random.Random(0)
     env = games.make(game)
     checked = 0
@@ -156,7 +157,10 @@ def test_own_private_information_is_restated_right_before_the_move(game: str, de
             action = rng.choice(env.legal_actions(agent))
             sections = parse_response(templated_response(env, agent, action, depth, random.Random(1)), depth).sections
             first = sections.their_view if depth == 2 else sections.plan
-            assert first.startswith(f"My private information: {env.private_info(agent)}. "), first
+            own = f"My private information: {env.private_info(agent)}. "
+            seen = [line for line in env.history_text(agent).splitlines() if line and not line.startswith("You ")]
+            latest = ("My" + seen[-1][4:] if seen[-1].startswith("Your ") else seen[-1]) if seen else "No one has moved yet."
+            assert first.startswith(own + latest + " "), first
             assert env.action_name(action, agent) in first
             other_seed = parse_response(templated_response(env, agent, action, depth, random.Random(2)), depth).sections
             assert other_seed.plan == sections.plan and other_seed.their_view == sections.their_view
