@@ -251,9 +251,25 @@ class ResourcesConfig(_Section):
     gpus_per_agent: float = Field(0.0, ge=0.0)
     cpus_per_worker: float = Field(0.25, ge=0.0)
     cpus_learner: float = Field(0.5, ge=0.0)
+    """CPUs of each learner rank."""
     gpus_learner: float = Field(0.0, ge=0.0)
+    """GPUs of the learner in all. A whole number above 1 starts one learner rank per GPU: data-parallel
+    FSDP2 over NCCL (see `learner_world_size`)."""
+    learner_ranks: int = Field(1, ge=1)
+    """Learner ranks on a run whose learner has no GPU (gpus_learner=0): data-parallel FSDP2 over gloo, for
+    tests and CPU-only clusters. On GPUs the ranks are resources.gpus_learner (one per GPU) and this stays 1."""
     cpus_comparator: float = Field(0.25, ge=0.0)
     gpus_comparator: float = Field(0.0, ge=0.0)
+
+    @property
+    def learner_world_size(self) -> int:
+        """Learner processes: one per GPU when gpus_learner > 1, else learner_ranks."""
+        return round(self.gpus_learner) if self.gpus_learner > 1 else self.learner_ranks
+
+    @property
+    def gpus_per_learner_rank(self) -> float:
+        """GPUs each learner rank's actor asks for."""
+        return 1.0 if self.gpus_learner > 1 else self.gpus_learner
 
 
 class ScheduleConfig(_Section):
@@ -353,9 +369,6 @@ def _check_game_name(name: str) -> None:
 # Options in the schema whose feature has not been built yet: refused, never silently ignored.
 # Each entry: (key path, predicate on the value that means "asks for the unbuilt feature", why).
 _NOT_BUILT: list[tuple[str, Any, str]] = [
-    ("resources.gpus_learner", lambda v: v > 1,
-     "a multi-GPU learner (one actor per GPU under torch.distributed, FSDP2 via strat.learner.shard_model)"
-     " is not started by the driver yet"),
     ("algorithm.dph_divergence", lambda v: v != "none", "DPH-RL rehearsal samples are not wired into the learner yet"),
 ]
 
@@ -404,7 +417,20 @@ def _cross_check(config: ExperimentConfig) -> None:
         raise ConfigError(
             "learner.device=cuda: the learner actor sees no GPU unless resources.gpus_learner >= 1 (or use device=auto)"
         )
+    _check_learner_ranks(config.resources)
     _check_comparison(config.comparison)
+
+
+def _check_learner_ranks(resources: ResourcesConfig) -> None:
+    """A multi-GPU learner has one rank per whole GPU; CPU ranks are asked for only without learner GPUs."""
+    gpus = resources.gpus_learner
+    if gpus > 1 and gpus != round(gpus):
+        raise ConfigError(f"resources.gpus_learner={gpus!r}: more than one GPU starts one learner rank per GPU;"
+                          " use a whole number (or a fraction below 1 for one rank)")
+    if resources.learner_ranks > 1 and gpus > 0:
+        raise ConfigError(f"resources.learner_ranks={resources.learner_ranks}: only for a learner without GPUs"
+                          f" (resources.gpus_learner=0, not {gpus:g}); on GPUs the ranks are resources.gpus_learner,"
+                          " one per GPU: leave learner_ranks at 1")
 
 
 def _refuse_unbuilt(config: ExperimentConfig) -> None:

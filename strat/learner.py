@@ -17,8 +17,10 @@ Options (from the `learner` config section):
   adapter. A checkpoint also holds the adapter in `adapter/` (peft format); resume rebuilds the
   base model from the configured model path and loads the adapter and its optimizer state.
 - FSDP2 (`torch.distributed.fsdp.fully_shard`, per decoder layer then the root) when the learner runs
-  under torch.distributed with world size > 1 (or `fsdp=True`). Full state dicts are gathered for
-  export and checkpoints (a collective: every rank calls them; rank 0 writes).
+  under torch.distributed with world size > 1 (or `fsdp=True`); the driver starts such ranks as one
+  `strat.actors.learner.LearnerGroup`. Every rank is handed the whole batch and trains on its part
+  (`split_for_ranks`), so that the step equals the single-process one. Full state dicts are gathered
+  for export and checkpoints (a collective: every rank calls them; rank 0 writes).
 """
 
 from __future__ import annotations
@@ -190,6 +192,27 @@ def sequence_logprobs_and_entropy(
     return logprobs, torch.where(batch.response_mask, values, torch.zeros_like(values))
 
 
+def split_for_ranks(samples: Sequence[TrainSample], world_size: int) -> list[list[TrainSample]]:
+    """Each data-parallel rank's part of a batch: balanced by tokens (prompt + response; longest first, each to
+    the lightest rank), every part in the batch's order. Deterministic, so that every rank computes the same
+    split. A part may be empty when there are fewer samples than ranks."""
+    if world_size < 1:
+        raise ValueError(f"world_size={world_size}: at least one rank is needed")
+    if world_size == 1:
+        return [list(samples)]
+
+    def tokens(index: int) -> int:
+        return len(samples[index].prompt_token_ids) + len(samples[index].response_token_ids)
+
+    loads = [0] * world_size
+    owners: list[list[int]] = [[] for _ in range(world_size)]
+    for index in sorted(range(len(samples)), key=lambda i: (-tokens(i), i)):
+        rank = min(range(world_size), key=lambda r: (loads[r], r))
+        loads[rank] += tokens(index)
+        owners[rank].append(index)
+    return [[samples[i] for i in sorted(indices)] for indices in owners]
+
+
 class PolicyLearner:
     """Owns the trainable policy; `update` applies one step of the configured loss."""
 
@@ -202,7 +225,9 @@ class PolicyLearner:
         self.model_path = Path(model_path)
         self.device = resolve_device(settings.device)
         self.sharded = _wants_fsdp(settings.fsdp)
-        self.rank = torch.distributed.get_rank() if self.sharded and torch.distributed.is_initialized() else 0
+        distributed = self.sharded and torch.distributed.is_initialized()
+        self.rank = torch.distributed.get_rank() if distributed else 0
+        self.world_size = torch.distributed.get_world_size() if distributed else 1
         self.compute_dtype = _DTYPES[settings.dtype]
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         # Master weights are float32. Frozen LoRA base weights need no master copy: bf16 storage then
@@ -309,6 +334,8 @@ class PolicyLearner:
     def update(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """One policy update on `samples` (one optimizer step per epoch); returns diagnostics.
 
+        Under FSDP2 every rank is given the same whole batch and trains on its own part of it
+        (`split_for_ranks`); the step and the diagnostics are those of the whole batch on one process.
         A non-finite loss or gradient skips the step and is reported as `learn/skipped`."""
         settings = self.settings
         samples = [s for s in samples if s.response_token_ids]
@@ -316,24 +343,32 @@ class PolicyLearner:
             return {"loss/policy": 0.0, "learn/samples": 0.0, "learn/skipped": 0.0}
         total_tokens = sum(len(s.response_token_ids) for s in samples)
         seq_mean = settings.loss.loss_agg == "seq_mean"
+        parts = split_for_ranks(samples, self.world_size)
         sums: dict[str, float] = {}
         gap_sum, gap_tokens, skipped = 0.0, 0, 0
+        grad_norm: float | None = None
         prepared = []
         for epoch in range(settings.epochs):
-            for chunk in self._micro_batches(samples, epoch):
+            own = self._micro_batches(parts[self.rank], epoch)
+            # Under FSDP2 each forward and backward is a collective: every rank runs as many micro-batches
+            # as the busiest one, the extra ones (a repeat, or any sample when a rank has none) weighted 0.
+            rounds = max(len(self._micro_batches(part, epoch)) for part in parts)
+            for index in range(rounds):
+                counted = index < len(own)
+                chunk = own[index] if counted else (own[0] if own else samples[:1])
                 batch = TrainBatch.collate(chunk, self.pad_id).to(self.device)
                 key = tuple((s.episode_id, s.agent, s.turn_index) for s in chunk)
-                prepared.append((epoch, key, batch))
+                prepared.append((epoch, key, batch, counted))
         # Proximal log-probs: the learner's weights at the start of this update. With one epoch the
         # weights do not change before the single optimizer step, so the training forward gives them.
         proximal: dict[tuple, torch.Tensor] = {}
         if settings.epochs > 1:
-            for _, key, batch in prepared:
+            for _, key, batch, _ in prepared:
                 if key not in proximal:
                     proximal[key] = self._frozen_logprobs(self.model, batch)
         for epoch in range(settings.epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            for batch_epoch, key, batch in prepared:
+            for batch_epoch, key, batch, counted in prepared:
                 if batch_epoch != epoch:
                     continue
                 with self._autocast():
@@ -343,7 +378,7 @@ class PolicyLearner:
                     )
                 if key not in proximal:
                     proximal[key] = logprobs.detach()
-                if epoch == 0:
+                if epoch == 0 and counted:
                     mask = batch.response_mask
                     gap_sum += float((proximal[key] - batch.behaviour_logprobs)[mask].abs().sum())
                     gap_tokens += int(mask.sum())
@@ -359,9 +394,11 @@ class PolicyLearner:
                     entropy=entropy,
                 )
                 # Each micro-batch's mean is weighted by its share of the whole batch, so that the
-                # accumulated gradient is that of one mean over all tokens (or all sequences).
+                # accumulated gradient is that of one mean over all tokens (or all sequences). FSDP2
+                # averages the ranks' gradients: scaled by the world size, the average is that sum.
                 share = len(key) / len(samples) if seq_mean else int(batch.response_mask.sum()) / total_tokens
-                (out.loss * share).backward()
+                share *= float(counted)
+                (out.loss * (share * self.world_size)).backward()
                 figures = [
                     ("loss/policy", out.loss),
                     ("loss/clip_frac", out.clip_fraction),
@@ -376,18 +413,33 @@ class PolicyLearner:
             norm = torch.nn.utils.clip_grad_norm_(self._trainable(), settings.grad_clip)
             if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
                 norm = norm.full_tensor()
-            if not math.isfinite(float(norm)) or not math.isfinite(sums.get("loss/policy", 0.0)):
+            # The ranks decide together: a rank that stepped alone would leave its shards out of step.
+            [loss_sum] = self._sum_over_ranks([sums.get("loss/policy", 0.0)])
+            if not math.isfinite(float(norm)) or not math.isfinite(loss_sum):
                 self.optimizer.zero_grad(set_to_none=True)
                 skipped += 1
                 continue
-            sums["learn/grad_norm"] = float(norm)
+            grad_norm = float(norm)
             self.optimizer.step()
         self.updates += 1
+        names = sorted(sums)
+        *values, gap_sum, gap_tokens = self._sum_over_ranks([*(sums[n] for n in names), gap_sum, float(gap_tokens)])
+        sums = dict(zip(names, values, strict=True))
+        if grad_norm is not None:
+            sums["learn/grad_norm"] = grad_norm
         sums["learn/samples"] = float(len(samples))
         sums["learn/tokens"] = float(total_tokens)
         sums["learn/skipped"] = float(skipped)
         sums["logprob/engine_learner_gap"] = gap_sum / max(gap_tokens, 1)
         return sums
+
+    def _sum_over_ranks(self, values: list[float]) -> list[float]:
+        """The values summed over the FSDP2 ranks (a collective: every rank calls it); as they are on one process."""
+        if self.world_size == 1:
+            return values
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(tensor)
+        return tensor.tolist()
 
     # --- weights out -------------------------------------------------------------------------
 
@@ -404,7 +456,7 @@ class PolicyLearner:
     def merged_state_dict(self, full: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """The policy as a plain model: Hugging Face names, LoRA deltas merged in (float32), on CPU."""
         full = self._full_state() if full is None else full
-        if self.settings.lora is None:
+        if self.settings.lora is None or not full:  # under FSDP2 only rank 0 holds the gathered weights
             return full
         prefix = "base_model.model."
         merged: dict[str, torch.Tensor] = {}
@@ -469,6 +521,10 @@ class PolicyLearner:
         was_training = self.model.training
         self.model.eval()
         outputs = []
+        if self.sharded:
+            # FSDP2 gathers the root's own weights (embeddings, head) in the root's forward, which peft's
+            # generate goes around: gathered for the whole generation instead (a collective: every rank calls).
+            self.model.unshard()
         try:
             for prompt in prompts:
                 ids = torch.tensor([list(prompt)], dtype=torch.long, device=self.device)
@@ -482,6 +538,8 @@ class PolicyLearner:
                 outputs.append(new[: min(ends) + 1] if ends else new)
         finally:
             self.model.train(was_training)
+            if self.sharded:
+                self.model.reshard()
         return outputs
 
     # --- checkpoints -----------------------------------------------------------------------
@@ -627,5 +685,23 @@ class _ShardedOptimizerLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-        set_optimizer_state_dict(self.learner.model, self.learner.optimizer, state,
+        set_optimizer_state_dict(self.learner.model, self.learner.optimizer, self._keyed_by_name(state),
                                  options=StateDictOptions(full_state_dict=True))
+
+    def _keyed_by_name(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A plain optimizer state (an unsharded learner's checkpoint) numbers the parameters in optimizer order;
+        FSDP2's full state names them. Numbers are turned into the names of the same parameters."""
+        saved = [key for group in state["param_groups"] for key in group["params"]]
+        if all(isinstance(key, str) for key in saved):
+            return state
+        names = {id(param): name for name, param in self.learner.model.named_parameters()}
+        ours = [names[id(param)] for group in self.learner.optimizer.param_groups for param in group["params"]]
+        if len(saved) != len(ours):
+            raise ValueError(f"the checkpoint's optimizer has {len(saved)} parameters, this learner's {len(ours)}"
+                             " (another model or LoRA setting?)")
+        named = dict(zip(saved, ours, strict=True))
+        return {
+            "state": {named[key]: value for key, value in state["state"].items()},
+            "param_groups": [{**group, "params": [named[key] for key in group["params"]]}
+                             for group in state["param_groups"]],
+        }

@@ -195,7 +195,9 @@ def _role_bundles(config: ExperimentConfig) -> list[tuple[Role, int, str, Bundle
     rows += [("rollout_worker", i, "rollout_workers", Bundle(res.cpus_per_worker, 0.0))
              for i in range(res.rollout_workers)]
     rows.append(("comparator", 0, "comparator", Bundle(res.cpus_comparator, res.gpus_comparator)))
-    rows.append(("learner", 0, "learner", Bundle(res.cpus_learner, res.gpus_learner)))
+    # One bundle per learner rank (one GPU each on a multi-GPU learner); FSDP2 ranks may span nodes.
+    rows += [("learner", i, "learner", Bundle(res.cpus_learner, res.gpus_per_learner_rank))
+             for i in range(res.learner_world_size)]
     return rows
 
 

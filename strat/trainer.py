@@ -208,8 +208,8 @@ def required_resources(config: ExperimentConfig) -> dict[str, float]:
     snapshot = any(o.kind == "snapshot" for o in config.game.opponents)
     agents = res.agents + int(snapshot)
     return {
-        "CPU": agents * res.cpus_per_agent + res.rollout_workers * res.cpus_per_worker + res.cpus_learner
-        + res.cpus_comparator,
+        "CPU": agents * res.cpus_per_agent + res.rollout_workers * res.cpus_per_worker
+        + res.learner_world_size * res.cpus_learner + res.cpus_comparator,
         "GPU": agents * res.gpus_per_agent + res.gpus_learner + res.gpus_comparator,
     }
 
@@ -418,7 +418,7 @@ class Trainer:
 
         from strat.actors.agent import AgentActor
         from strat.actors.comparator import CoTComparator
-        from strat.actors.learner import Learner
+        from strat.actors.learner import LearnerGroup
         from strat.actors.rollout import RolloutWorker
         config = self.config
         res = config.resources
@@ -442,12 +442,17 @@ class Trainer:
             num_cpus=res.cpus_comparator, num_gpus=res.gpus_comparator, **self._placed("comparator")
         ).remote(ComparisonWeights(weights.predict, weights.belief, weights.agreement), agreement_settings(config),
                  self._judges())
-        self.learner = Learner.options(
-            num_cpus=res.cpus_learner, num_gpus=res.gpus_learner, **self._placed("learner")
-        ).remote(self.model_path, learner_settings(config))
+        # One handle for all learner ranks (data-parallel FSDP2 when there are several).
+        self.learner = LearnerGroup.start(
+            self.model_path, learner_settings(config), res.learner_world_size,
+            lambda rank: {"num_cpus": res.cpus_learner, "num_gpus": res.gpus_per_learner_rank,
+                          **self._placed("learner", rank)},
+            ACTOR_START_TIMEOUT_S,
+        )
         self._collect_handles()
         self._wait_ready(self._handles)
-        log.info("actors ready: %d agent(s), %d rollout worker(s), comparator, learner", len(self.agents), len(self.workers))
+        log.info("actors ready: %d agent(s), %d rollout worker(s), comparator, learner (%d rank(s))",
+                 len(self.agents), len(self.workers), len(self.learner.ranks))
 
     def _placed(self, role: str, index: int = 0) -> dict[str, Any]:
         """The actor's bundle in its role's placement group (nothing on a CPU-only run). A restarted
@@ -468,7 +473,7 @@ class Trainer:
         )
 
     def _collect_handles(self) -> None:
-        self._handles = [*self.agents, *self.workers, self.comparator, self.learner]
+        self._handles = [*self.agents, *self.workers, self.comparator, *self.learner.ranks]
         if self.snapshot is not None:
             self._handles.append(self.snapshot)
 
@@ -599,11 +604,10 @@ class Trainer:
         return f"the last complete checkpoint is step {latest.step}: continue with strat train --resume {self.run_dir}"
 
     def _learner_get(self, ref: Any) -> Any:
-        """The result of a learner call; its death ends the run with where to resume from."""
-        import ray
-
+        """The result of a learner call (once every rank has made it); a rank's death ends the run with where to
+        resume from."""
         try:
-            return ray.get(ref)
+            return self.learner.get(ref)
         except Exception as err:  # noqa: BLE001
             if _actor_died(err):
                 raise RunAborted(f"the learner actor died at step {self.step + 1}; {self._resume_hint()}") from None

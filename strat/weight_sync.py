@@ -107,7 +107,7 @@ def load_calls(agents: Sequence[Any], weights: Any, version: int) -> list[Any]:
 def sync_agents(learner: Any, agents: Sequence[Any], mode: SyncMode, path: str | Path | None, version: int) -> None:
     """Push the learner's current weights to every agent and wait until all have them.
 
-    `learner` is a `strat.actors.learner.Learner` handle, `agents` are `AgentActor` handles. For
+    `learner` is a `strat.actors.learner.Learner` handle (or a LearnerGroup), `agents` are `AgentActor` handles. For
     `directory`, `path` is the version's directory (`sync_path(...)`)."""
     import ray
 

@@ -35,7 +35,8 @@ def test_two_node_plan_keeps_each_tensor_parallel_engine_on_one_node() -> None:
     groups = {g.name: g for g in result.groups}
     assert set(groups) == {"agents", "rollout_workers", "comparator", "learner"}
     assert [b.gpus for b in groups["agents"].bundles] == [4, 4, 4]
-    assert groups["learner"].bundles[0].gpus == 2
+    assert [b.gpus for b in groups["learner"].bundles] == [1, 1]  # one bundle per learner rank
+    assert [a.name for a in result.actors if a.role == "learner"] == ["learner[0]", "learner[1]"]
     assert len(groups["rollout_workers"].bundles) == 3 and all(b.gpus == 0 for b in groups["rollout_workers"].bundles)
 
 
@@ -76,6 +77,13 @@ def test_separate_judge_gets_the_comparator_gpu_the_policy_judge_needs_none() ->
     assert comparator.gpus == 1
     policy = plan(gpu_config(comparison={"agreement": "judge", "judge_engine": "policy"}), cluster)
     assert [a.gpus for a in policy.actors if a.role == "comparator"] == [0]
+
+
+def test_cpu_learner_ranks_get_a_bundle_each() -> None:
+    config = ExperimentConfig.model_validate({"resources": {"learner_ranks": 2, "cpus_learner": 1}})
+    result = plan(config, parse_cluster("nodes=2,gpus_per_node=0,cpus_per_node=2"))
+    learners = [a for a in result.actors if a.role == "learner"]
+    assert [(a.name, a.bundle, a.cpus, a.gpus) for a in learners] == [("learner[0]", 0, 1, 0), ("learner[1]", 1, 1, 0)]
 
 
 def test_cpu_only_run_spreads_over_cpu_nodes() -> None:

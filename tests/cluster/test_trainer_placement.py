@@ -22,10 +22,15 @@ def ray_with_logical_gpus() -> Iterator[None]:
     ray.shutdown()
 
 
-def test_gpu_actors_run_in_their_roles_placement_groups(ray_with_logical_gpus, tmp_path: Path, tiny_model_dir: Path) -> None:
+# Two learner GPUs: two learner ranks, one bundle each (without a real GPU they run FSDP2 over gloo).
+@pytest.mark.parametrize(("gpus_agent", "gpus_learner"), [(1, 1), (0, 2)],
+                         ids=["agent-and-learner", "two-learner-ranks"])
+def test_gpu_actors_run_in_their_roles_placement_groups(
+    ray_with_logical_gpus, tmp_path: Path, tiny_model_dir: Path, gpus_agent: int, gpus_learner: int
+) -> None:
     config = load_config(ROOT / "configs" / "kuhn_poker_tiny.yaml", [
         f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "warm_start.enabled=false",
-        "engine.backend=hf", "resources.gpus_per_agent=1", "resources.gpus_learner=1",
+        "engine.backend=hf", f"resources.gpus_per_agent={gpus_agent}", f"resources.gpus_learner={gpus_learner}",
         "game.opponents=[{kind: self, weight: 1}]", "algorithm.groups_per_step=2", "algorithm.group_size=2",
         "reasoning.max_new_tokens=16", "schedule.steps=1", "schedule.eval_every=0", "logging.samples_every=0",
         "logging.tensorboard=false", "schedule.max_staleness=0",
@@ -38,7 +43,7 @@ def test_gpu_actors_run_in_their_roles_placement_groups(ray_with_logical_gpus, t
     records = Trainer(config, config.run_dir).run(on_step)
     assert [r["step"] for r in records] == [1]
     assert {"strat-agents", "strat-learner", "strat-rollout_workers", "strat-comparator"} <= set(seen)
-    assert [b.get("GPU", 0) for b in seen["strat-agents"]["bundles"].values()] == [1.0]
-    assert [b.get("GPU", 0) for b in seen["strat-learner"]["bundles"].values()] == [1.0]
+    assert [b.get("GPU", 0) for b in seen["strat-agents"]["bundles"].values()] == [float(gpus_agent)]
+    assert [b.get("GPU", 0) for b in seen["strat-learner"]["bundles"].values()] == [1.0] * gpus_learner
     # The groups are released with the actors.
     assert not [g for g in ray.util.placement_group_table().values() if g["state"] == "CREATED"]

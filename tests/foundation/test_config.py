@@ -28,6 +28,18 @@ def test_defaults_and_overrides() -> None:
     assert load_config(None).algorithm.advantage_mode == "hybrid"
 
 
+@pytest.mark.parametrize(("overrides", "ranks", "gpus_each"), [
+    ([], 1, 0.0),
+    (["resources.learner_ranks=2"], 2, 0.0),
+    (["resources.gpus_learner=0.5"], 1, 0.5),
+    (["resources.gpus_learner=1"], 1, 1.0),
+    (["resources.gpus_learner=4"], 4, 1.0),
+])
+def test_learner_ranks_are_cpu_ranks_or_one_per_gpu(overrides: list[str], ranks: int, gpus_each: float) -> None:
+    resources = load_config(DEFAULT, overrides).resources
+    assert (resources.learner_world_size, resources.gpus_per_learner_rank) == (ranks, gpus_each)
+
+
 def test_override_values_are_yaml_typed() -> None:
     assert parse_override("a.b=3") == (["a", "b"], 3)
     assert parse_override("a=0.5") == (["a"], 0.5)
@@ -52,7 +64,11 @@ def test_override_values_are_yaml_typed() -> None:
         (["game.name=tic_tac_toe", "game.opponents=[{kind: self}]"],
          "warm_start.player='contrarian': not available for tic_tac_toe (allowed: random, heuristic)"),
         (["algorithm.kl_coef=0.1"], "kl_coef > 0 needs kl_type"),
-        (["resources.gpus_learner=2"], "resources.gpus_learner=2.0: a multi-GPU learner"),
+        (["resources.gpus_learner=2.5"],
+         "resources.gpus_learner=2.5: more than one GPU starts one learner rank per GPU"),
+        (["resources.learner_ranks=0"], "resources.learner_ranks=0: Input should be greater than or equal to 1"),
+        (["resources.gpus_learner=1", "resources.learner_ranks=2"],
+         "resources.learner_ranks=2: only for a learner without GPUs (resources.gpus_learner=0, not 1)"),
         (["algorithm"], "is not of the form key.sub=value"),
         (["algorithm.group_size.x=1"], "algorithm.group_size is a value, not a section"),
     ],

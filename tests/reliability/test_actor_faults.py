@@ -113,7 +113,7 @@ def test_dead_learner_ends_the_run_naming_the_last_checkpoint(local_ray, tmp_pat
 
     def on_step(record: dict) -> None:
         if record["step"] == 2:
-            ray.kill(trainer.learner, no_restart=True)
+            ray.kill(trainer.learner.ranks[0], no_restart=True)
 
     with pytest.raises(RunAborted, match=r"learner actor died at step 3; the last complete checkpoint is step 2: "
                                          r"continue with strat train --resume"):
