@@ -710,7 +710,9 @@ class Trainer:
     def _resample_zero_spread(self, step: int, episodes: list[Episode]) -> tuple[list[Episode], dict[str, float]]:
         """Replace groups with no outcome spread by freshly dealt ones that have some (DAPO's dynamic
         sampling), in up to `algorithm.resample_rounds` rounds on the current weights; groups still without
-        spread after the last round are kept. The replacements take the replaced groups' places."""
+        spread after the last round are kept. The replacements take the replaced groups' places. With overlap,
+        right after an evaluation step the agents are one update newer than the step's own rollout: the
+        replacements carry their own behaviour log-probs, so the staleness correction stays exact."""
         config = self.config
         settings = rollout_settings(config)
         played = replaced = 0

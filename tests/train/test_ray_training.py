@@ -52,7 +52,7 @@ def test_loop_runs_and_writes_outputs(
     zero_spread = "resample" if backend == "hf" else "keep"
     config = _config(tmp_path, tiny_model_dir, f"engine.backend={backend}", f"schedule.steps={steps}",
                      "schedule.eval_every=2", "schedule.checkpoint_every=2", f"schedule.max_staleness={staleness}",
-                     f"algorithm.zero_spread={zero_spread}")
+                     f"algorithm.zero_spread={zero_spread}", "algorithm.resample_rounds=1")
     records = Trainer(config, config.run_dir).run()
     assert [r["step"] for r in records] == list(range(steps + 1))
     for record in records[1:]:
@@ -137,7 +137,9 @@ def _comparable(records: list[dict]) -> list[dict]:
 def test_resume_reproduces_an_uninterrupted_run(local_ray, tmp_path: Path, warm_model_dir: Path) -> None:
     # Exact resume is promised for synchronous runs; with overlap the rollout in flight at a checkpoint
     # is regenerated with the restored weights.
+    # The fixture is already warm-started: no second warm start on top of it.
     common = ["engine.backend=hf", "schedule.max_staleness=0", "schedule.checkpoint_every=2", "schedule.eval_every=2",
+              "warm_start.enabled=false",
               "game.opponents=[{kind: self, weight: 1}, {kind: snapshot, weight: 1}, {kind: scripted, name: random, weight: 1}]",
               "schedule.snapshot_every=1", "algorithm.lr=0.003", "reasoning.max_new_tokens=160"]
     straight = _config(tmp_path / "a", warm_model_dir, *common, "schedule.steps=4")
