@@ -34,7 +34,8 @@ def other_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def warm_model_dir(tiny_model_dir: Path) -> Path:
-    """The tiny Kuhn poker model after the default warm start (follows the format, plays randomly)."""
+    """The tiny Kuhn poker model warm-started on random play for 2 epochs (follows the format, plays randomly);
+    the same settings as tests/train/test_warmstart.py's, so one build serves both."""
     from strat.warmstart import WarmStartSettings, ensure_warm
 
-    return ensure_warm(tiny_model_dir, "kuhn_poker", WarmStartSettings())
+    return ensure_warm(tiny_model_dir, "kuhn_poker", WarmStartSettings(depth=2, epochs=2))
