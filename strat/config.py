@@ -212,6 +212,10 @@ class AlgorithmConfig(_Section):
     kl_coef: float = Field(0.0, ge=0.0)
     entropy_coef: float = Field(0.0, ge=0.0)
     """Weight of an entropy bonus on the response tokens (0: none; the mean entropy is logged as policy/entropy)."""
+    move_entropy_coef: float = Field(0.0, ge=0.0)
+    """Weight of an entropy bonus on each move's first token only, in the advantage's units (0: none; logged as
+    policy/move_entropy). Keeps every move sampled at every information set, so that the groups keep seeing the
+    alternatives, without loosening the reasoning's format as `entropy_coef` does."""
     dph_divergence: Literal["none", "forward_kl", "js"] = "none"
     dph_eta: float = Field(0.02, ge=0.0)
     fiberpo: bool = False

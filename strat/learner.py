@@ -40,6 +40,7 @@ import torch
 
 from strat import checkpoint
 from strat.losses import LossConfig, policy_loss, token_entropy, token_logprobs
+from strat.reasoning import move_mention_indices
 from strat.records import TrainBatch, TrainSample
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -82,6 +83,12 @@ class LearnerSettings:
     """The dtype of the weights handed to engines (`state_dict`, `export_weights_dir`); None keeps float32."""
     fsdp: bool | None = None
     """Shard with FSDP2. None: when torch.distributed is initialised with world size > 1."""
+    move_names: tuple[str, ...] = ()
+    """The game's move names, for the move entropy bonus (`loss.move_entropy_coef`), which needs them."""
+
+    def __post_init__(self) -> None:
+        if self.loss.move_entropy_coef > 0 and not self.move_names:
+            raise ValueError("loss.move_entropy_coef > 0 needs the game's move names (move_names)")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -260,6 +267,8 @@ class PolicyLearner:
             ).to(self.device).eval()
             self.reference.requires_grad_(False)
         self.updates = 0
+        self._pieces: dict[int, str] = {}
+        """Each token id's text, decoded alone (for finding the move token)."""
         self.snapshot: dict[str, torch.Tensor] | None = None
         """The weights of the frozen snapshot opponent, kept so that a checkpoint can restore it."""
 
@@ -300,6 +309,20 @@ class PolicyLearner:
         """Freeze a copy of the current weights as the snapshot opponent's."""
         self.snapshot = self.state_dict()
         return self.snapshot
+
+    def move_mask(self, samples: Sequence[TrainSample], width: int) -> torch.Tensor:
+        """[B, width] bool, True at each token of a response where a move is named
+        (`strat.reasoning.move_mention_indices` with `settings.move_names`)."""
+        mask = torch.zeros((len(samples), width), dtype=torch.bool)
+        for row, sample in enumerate(samples):
+            pieces = []
+            for token in sample.response_token_ids:
+                if token not in self._pieces:
+                    self._pieces[token] = self.tokenizer.decode([token])
+                pieces.append(self._pieces[token])
+            for index in move_mention_indices(pieces, self.settings.move_names):
+                mask[row, index] = True
+        return mask.to(self.device)
 
     def _micro_batches(self, samples: Sequence[TrainSample], epoch: int) -> list[list[TrainSample]]:
         order = list(range(len(samples)))
@@ -348,6 +371,7 @@ class PolicyLearner:
         gap_sum, gap_tokens, skipped = 0.0, 0, 0
         grad_norm: float | None = None
         prepared = []
+        move_bonus = settings.loss.move_entropy_coef > 0
         for epoch in range(settings.epochs):
             own = self._micro_batches(parts[self.rank], epoch)
             # Under FSDP2 each forward and backward is a collective: every rank runs as many micro-batches
@@ -358,23 +382,24 @@ class PolicyLearner:
                 chunk = own[index] if counted else (own[0] if own else samples[:1])
                 batch = TrainBatch.collate(chunk, self.pad_id).to(self.device)
                 key = tuple((s.episode_id, s.agent, s.turn_index) for s in chunk)
-                prepared.append((epoch, key, batch, counted))
+                moves = self.move_mask(chunk, batch.response_ids.shape[1]) if move_bonus else None
+                prepared.append((epoch, key, batch, counted, moves))
         # Proximal log-probs: the learner's weights at the start of this update. With one epoch the
         # weights do not change before the single optimizer step, so the training forward gives them.
         proximal: dict[tuple, torch.Tensor] = {}
         if settings.epochs > 1:
-            for _, key, batch, _ in prepared:
+            for _, key, batch, _, _ in prepared:
                 if key not in proximal:
                     proximal[key] = self._frozen_logprobs(self.model, batch)
         for epoch in range(settings.epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            for batch_epoch, key, batch, counted in prepared:
+            for batch_epoch, key, batch, counted, moves in prepared:
                 if batch_epoch != epoch:
                     continue
                 with self._autocast():
                     # The entropy costs another pass over the vocabulary: only when its bonus is on.
                     logprobs, entropy = sequence_logprobs_and_entropy(
-                        self.model, batch, settings.temperature, entropy=settings.loss.entropy_coef > 0
+                        self.model, batch, settings.temperature, entropy=settings.loss.entropy_coef > 0 or move_bonus
                     )
                 if key not in proximal:
                     proximal[key] = logprobs.detach()
@@ -392,6 +417,7 @@ class PolicyLearner:
                     behaviour_logprobs=batch.behaviour_logprobs if settings.stale else None,
                     ref_logprobs=ref,
                     entropy=entropy,
+                    move_mask=moves,
                 )
                 # Each micro-batch's mean is weighted by its share of the whole batch, so that the
                 # accumulated gradient is that of one mean over all tokens (or all sequences). FSDP2
@@ -408,6 +434,8 @@ class PolicyLearner:
                 ]
                 if out.entropy is not None:
                     figures.append(("policy/entropy", out.entropy))
+                if out.move_entropy is not None:
+                    figures.append(("policy/move_entropy", out.move_entropy))
                 for name, value in figures:
                     sums[name] = sums.get(name, 0.0) + float(value.detach()) * share / settings.epochs
             norm = torch.nn.utils.clip_grad_norm_(self._trainable(), settings.grad_clip)

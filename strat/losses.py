@@ -38,6 +38,8 @@ class LossOutput:
     """The KL or DPH divergence value, for terms that have one."""
     entropy: torch.Tensor | None = None
     """Mean per-token entropy of the policy, when it was computed."""
+    move_entropy: torch.Tensor | None = None
+    """Mean entropy of the policy at the moves' first tokens, when the move bonus is on."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,11 @@ class LossConfig:
     is_cap: float = 2.0
     entropy_coef: float = 0.0
     """Weight of an entropy bonus over response tokens: keeps the policy sampling every move while it learns."""
+    move_entropy_coef: float = 0.0
+    """Weight of an entropy bonus on each move's first token only (see `strat.reasoning.move_token_index`), in the
+    advantage's units: the bonus is aggregated like the surrogate, with zero on every other token, so a move
+    token's entropy gradient weighs `move_entropy_coef` against the advantage's 1. Keeps every move sampled
+    (so that group-relative advantages keep seeing the alternatives) without loosening the reasoning's format."""
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -223,21 +230,31 @@ def policy_loss(
     behaviour_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
+    move_mask: torch.Tensor | None = None,
 ) -> LossOutput:
     """The surrogate (clipped or FiberPO) plus `kl_coef` x the KL penalty minus `entropy_coef` x the mean
-    token entropy; diagnostics are the surrogate's.
+    token entropy minus `move_entropy_coef` x the entropy on the moves' first tokens (`move_mask` [B, T] bool),
+    aggregated like the surrogate; diagnostics are the surrogate's.
 
     With `behaviour_logprobs` (stale samples) each token is weighted by proximal/behaviour truncated at `is_cap`.
-    `entropy` [B, T] (see `token_entropy`) is needed when `entropy_coef` > 0.
+    `entropy` [B, T] (see `token_entropy`) is needed when either entropy coefficient is > 0.
     """
     out = _policy_terms(config, logprobs, proximal_logprobs, advantages, mask, behaviour_logprobs, ref_logprobs)
     if entropy is None:
-        if config.entropy_coef > 0:
-            raise ValueError("entropy_coef > 0 needs the per-token entropy")
+        if config.entropy_coef > 0 or config.move_entropy_coef > 0:
+            raise ValueError("entropy_coef > 0 or move_entropy_coef > 0 needs the per-token entropy")
         return out
     mean_entropy = aggregate(entropy, mask, config.loss_agg)
     loss = out.loss - config.entropy_coef * mean_entropy if config.entropy_coef > 0 else out.loss
-    return replace(out, loss=loss, entropy=mean_entropy.detach())
+    move_entropy = None
+    if config.move_entropy_coef > 0:
+        if move_mask is None:
+            raise ValueError("move_entropy_coef > 0 needs the move-token mask")
+        on_move = move_mask & mask
+        on_move_entropy = torch.where(on_move, entropy, torch.zeros_like(entropy))
+        loss = loss - config.move_entropy_coef * aggregate(on_move_entropy, mask, config.loss_agg)
+        move_entropy = (entropy * on_move).sum().detach() / on_move.sum().clamp(min=1)
+    return replace(out, loss=loss, entropy=mean_entropy.detach(), move_entropy=move_entropy)
 
 
 def _policy_terms(

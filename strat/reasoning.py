@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol
 
 from strat.records import ParsedResponse, Sections
@@ -222,6 +224,38 @@ def decide(
     return Decision(
         fallback, game.action_name(fallback, agent), valid=False, fallback_used=True, penalty=format_penalty
     )
+
+
+@lru_cache(maxsize=16)
+def _move_pattern(names: tuple[str, ...]) -> re.Pattern[str] | None:
+    words = sorted({name.strip() for name in names if name.strip()}, key=len, reverse=True)
+    if not words:
+        return None
+    return re.compile(r"(?<!\w)(?:" + "|".join(re.escape(word) for word in words) + r")(?!\w)", re.IGNORECASE)
+
+
+def move_mention_indices(pieces: Sequence[str], names: Sequence[str]) -> list[int]:
+    """Indices of the tokens where a move name is mentioned, in a response whose tokens decode to `pieces`: the
+    token holding the first character of each whole-word, case-insensitive occurrence of one of `names`.
+
+    A reasoning response names its move before `<action>` ("They will see bet", "I will play bet"), and the
+    move is sampled at its first mention: the `<action>` tag only copies it. These tokens are where the move
+    entropy bonus (`algorithm.move_entropy_coef`) acts; mentions that copy a known move (the opponent's, a
+    repeat of one's own) are near-certain, and the entropy's gradient vanishes there.
+    """
+    pattern = _move_pattern(tuple(names))
+    if pattern is None or not pieces:
+        return []
+    starts = [match.start() for match in pattern.finditer("".join(pieces))]
+    indices: list[int] = []
+    offset, index = 0, 0
+    for start in starts:
+        while offset + len(pieces[index]) <= start:
+            offset += len(pieces[index])
+            index += 1
+        if not indices or indices[-1] != index:
+            indices.append(index)
+    return indices
 
 
 def misstates_private_info(text: str, private: str) -> bool:

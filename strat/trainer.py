@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import games
 from strat import checkpoint
 from strat.advantage import (
     AdvantageConfig,
@@ -80,6 +81,7 @@ def learner_settings(config: ExperimentConfig) -> LearnerSettings:
             kl_type=algo.kl_type,
             kl_coef=algo.kl_coef,
             entropy_coef=algo.entropy_coef,
+            move_entropy_coef=algo.move_entropy_coef,
             dph_divergence=algo.dph_divergence,
             dph_eta=algo.dph_eta,
             fiberpo=algo.fiberpo,
@@ -94,6 +96,7 @@ def learner_settings(config: ExperimentConfig) -> LearnerSettings:
         gradient_checkpointing=config.learner.gradient_checkpointing,
         lora=lora_settings(config),
         export_dtype=config.engine.dtype,
+        move_names=tuple(games.make(config.game.name, **config.game.options).all_action_names()),
     )
 
 

@@ -255,3 +255,31 @@ def test_entropy_bonus_is_subtracted_from_the_surrogate() -> None:
     assert bonus.loss.item() == pytest.approx(plain.loss.item() - 0.1 * 0.6)
     with pytest.raises(ValueError, match="entropy"):
         policy_loss(LossConfig(entropy_coef=0.1), logprobs, proximal, advantages, FULL)
+
+
+def test_move_entropy_bonus_acts_on_the_move_tokens_in_the_advantage_units() -> None:
+    logprobs = _leaf([-1.0, -2.0, -0.5])
+    proximal = logprobs.detach().clone()
+    advantages = torch.tensor([1.0], dtype=torch.float64)
+    entropy = torch.tensor([[0.3, 0.6, 0.9]], dtype=torch.float64)
+    moves = torch.tensor([[False, True, False]])
+    plain = policy_loss(LossConfig(), logprobs, proximal, advantages, FULL)
+    bonus = policy_loss(LossConfig(move_entropy_coef=0.5), logprobs, proximal, advantages, FULL, entropy=entropy,
+                        move_mask=moves)
+    # token_mean: the move token's entropy over the 3 response tokens, as each token's advantage term is.
+    assert bonus.loss.item() == pytest.approx(plain.loss.item() - 0.5 * 0.6 / 3)
+    assert bonus.move_entropy.item() == pytest.approx(0.6)
+    assert bonus.entropy.item() == pytest.approx(0.6)  # the all-token mean, reported
+    seq = policy_loss(LossConfig(move_entropy_coef=0.5, loss_agg="seq_mean"), logprobs, proximal, advantages, FULL,
+                      entropy=entropy, move_mask=moves)
+    plain_seq = policy_loss(LossConfig(loss_agg="seq_mean"), logprobs, proximal, advantages, FULL)
+    assert seq.loss.item() == pytest.approx(plain_seq.loss.item() - 0.5 * 0.6 / 3)
+    # The gradient of the bonus reaches the move token's entropy only.
+    grad_entropy = entropy.clone().requires_grad_(True)
+    policy_loss(LossConfig(move_entropy_coef=0.5), logprobs, proximal, advantages, FULL, entropy=grad_entropy,
+                move_mask=moves).loss.backward()
+    assert grad_entropy.grad[0].tolist() == pytest.approx([0.0, -0.5 / 3, 0.0])
+    with pytest.raises(ValueError, match="move"):
+        policy_loss(LossConfig(move_entropy_coef=0.5), logprobs, proximal, advantages, FULL, entropy=entropy)
+    with pytest.raises(ValueError, match="entropy"):
+        policy_loss(LossConfig(move_entropy_coef=0.5), logprobs, proximal, advantages, FULL, move_mask=moves)

@@ -15,6 +15,7 @@ from strat.reasoning import (
     corpus_texts,
     decide,
     format_prompt,
+    move_mention_indices,
     parse_response,
     render_response,
     validate_format_penalty,
@@ -225,3 +226,28 @@ def test_corpus_texts_cover_tags_and_instructions() -> None:
         assert all(f"<{s}>" in corpus and f"</{s}>" in corpus for s in sections)
         assert "Legal actions:" in corpus
         assert ("belief:" in corpus) == (depth > 0)
+
+
+@pytest.mark.parametrize(
+    ("pieces", "expected"),
+    [
+        # Every mention, in any section: the first one ("They will see bet") is where the move is sampled.
+        (["<their_view>", "They will see", " bet", ".", "</their_view>", "<action>", "bet", "</action>"], [2, 6]),
+        # A name split over tokens is marked at its first token; case does not matter.
+        (["I will", " p", "ass", " now:", " PASS"], [1, 4]),
+        # Whole words only: "bets", "better", "passed" and "bypass" are not moves.
+        (["He bets", " better", " than", " he passed", " a bypass"], []),
+        # One token holding two mentions is marked once; a token starting a mention mid-token is marked.
+        (["bet/pass", " x", "ybet", ":bet"], [0, 3]),
+        ([], []),
+    ],
+)
+def test_move_mention_indices(pieces: list[str], expected: list[int]) -> None:
+    assert move_mention_indices(pieces, ["pass", "bet"]) == expected
+
+
+def test_move_mentions_of_multi_word_names_and_no_names() -> None:
+    pieces = ["I", " call", " 3", " dice", " showing", " 5", " and", " call", " liar"]
+    # The longer name wins where both match.
+    assert move_mention_indices(pieces, ["call", "call 3 dice showing 5", "liar"]) == [1, 7, 8]
+    assert move_mention_indices(pieces, []) == []

@@ -11,7 +11,7 @@ from strat.comparison import ComparisonWeights, score_episodes
 from strat.engines import build_engine
 from strat.learner import LearnerSettings, PolicyLearner, sequence_logprobs, sequence_logprobs_and_entropy
 from strat.losses import LossConfig
-from strat.records import TrainBatch
+from strat.records import TrainBatch, TrainSample
 from strat.rollout import OpponentChoice, RolloutRunner, RolloutSettings, derive_seed, plan_groups
 
 SETTINGS = RolloutSettings(game="kuhn_poker", depth=2, group_size=3, max_tokens=24, format_penalty=-3.0)
@@ -150,3 +150,39 @@ def test_entropy_bonus_alone_makes_the_policy_less_certain(engine, tiny_model_di
     mask = batch.response_mask
     assert after[mask].mean() > before[mask].mean()
     assert metrics["policy/entropy"] == pytest.approx(float(before[mask].mean()), rel=1e-4)
+
+
+def test_move_entropy_bonus_acts_where_the_move_is_named(tiny_model_dir: Path, tmp_path: Path) -> None:
+    sharpen = PolicyLearner(tiny_model_dir, LearnerSettings(lr=1e-2, micro_batch=2))
+    tokenizer = sharpen.tokenizer
+    prompt = tuple(tokenizer.encode("You hold the Jack. Your opponent bet."))
+    texts = ["<their_view>They will see bet.</their_view>\n<action>bet</action>",
+             "<their_view>They will see pass.</their_view>\n<action>pass</action>"]
+    samples = []
+    for i, text in enumerate(texts):
+        response = tuple(tokenizer.encode(text))
+        samples.append(TrainSample("g", f"e{i}", "player_0", 0, prompt, response, (0.0,) * len(response), 0.0))
+    for _ in range(8):  # make the untrained model fairly sure of these responses first
+        sharpen.update([replace(sample, advantage=1.0) for sample in samples])
+    sharpen.export_weights_dir(tmp_path / "sharp")
+    tokenizer.save_pretrained(tmp_path / "sharp")
+    learner = PolicyLearner(
+        tmp_path / "sharp",
+        LearnerSettings(lr=1e-3, micro_batch=2, loss=LossConfig(move_entropy_coef=1.0), move_names=("pass", "bet")),
+    )
+    batch = TrainBatch.collate(samples, learner.pad_id)
+    moves = learner.move_mask(samples, batch.response_ids.shape[1])
+    named = [[tokenizer.decode([int(t)]).strip() for t in row[m]] for row, m in zip(batch.response_ids, moves)]
+    assert named == [["bet", "bet"], ["p", "pass"]] or named == [["bet", "bet"], ["pass", "pass"]]
+    with torch.no_grad():
+        _, before = sequence_logprobs_and_entropy(learner.model.eval(), batch, 1.0)
+    metrics = learner.update(samples)  # advantages 0: the bonus is the only signal
+    with torch.no_grad():
+        _, after = sequence_logprobs_and_entropy(learner.model.eval(), batch, 1.0)
+    others = batch.response_mask & ~moves.cpu()
+    assert metrics["policy/move_entropy"] == pytest.approx(float(before[moves.cpu()].mean()), rel=1e-4)
+    gain = (after - before)[moves.cpu()].mean()
+    assert gain > 0
+    assert gain > 1.5 * (after - before)[others].abs().mean()  # Adam moves every weight, yet the move tokens most
+    with pytest.raises(ValueError, match="move names"):
+        LearnerSettings(loss=LossConfig(move_entropy_coef=1.0))
