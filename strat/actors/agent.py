@@ -14,6 +14,7 @@ import torch
 import strat  # noqa: F401  (thread and offline defaults before torch work)
 from strat.agreement_models import chat_completions
 from strat.engines import Engine, Generation, SamplingParams, build_engine
+from strat.weight_group import TensorMeta
 
 
 @ray.remote
@@ -48,6 +49,20 @@ class AgentActor:
                 " (and the run directory) must be on storage that every agent's node can read at the same path"
             )
         self.engine.load_weights_dir(path)
+        self.version = version
+        return version
+
+    def weight_group_ranks(self) -> int:
+        """How many ranks this agent takes in a weight group: one per worker of its engine."""
+        return self.engine.weight_group_ranks
+
+    def join_weight_group(self, address: str, first_rank: int, world_size: int, backend: str) -> None:
+        """Join the learner's weight group (every member at once; see strat.weight_sync.WeightBroadcast)."""
+        self.engine.join_weight_group(address, first_rank, world_size, backend)
+
+    def receive_weights(self, metadata: list[TensorMeta], version: int) -> int:
+        """Take the weights the learner broadcasts in the weight group now."""
+        self.engine.receive_weights(metadata)
         self.version = version
         return version
 

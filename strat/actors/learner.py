@@ -16,7 +16,8 @@ import strat  # noqa: F401
 from strat.checkpoint import Checkpoint
 from strat.learner import LearnerSettings, PolicyLearner, resolve_device
 from strat.records import TrainSample
-from strat.weight_sync import prune_versions
+from strat.weight_group import Membership, TensorMeta, describe
+from strat.weight_sync import POLICY, SNAPSHOT, prune_versions
 
 
 @ray.remote
@@ -32,11 +33,15 @@ class Learner:
         self.world_size = world_size
         self.learner: PolicyLearner | None = None
         self._join_error: str | None = None
+        self._staged: dict[str, torch.Tensor] = {}
+        """The policy weights of the last `stage_weights`, kept for the agents' weight group (rank 0)."""
+        self._weight_groups = {POLICY: Membership(), SNAPSHOT: Membership()}
+        """Rank 0's place in the weight group of the policy's agents and in the snapshot agent's."""
         if world_size == 1:
             self.learner = PolicyLearner(model_path, settings)
 
     def rendezvous_address(self) -> str:
-        """`tcp://<this node's IP>:<a free port>`: where the group's ranks meet (asked of rank 0)."""
+        """`tcp://<this node's IP>:<a free port>`: where the group's ranks, or a weight group, meet (asked of rank 0)."""
         host = ray.util.get_node_ip_address()
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
             sock.bind(("", 0))
@@ -92,6 +97,43 @@ class Learner:
             prune_versions(Path(path).absolute())
         return self._policy().take_snapshot_dir(path)
 
+    def stage_weights(self) -> list[TensorMeta]:
+        """Gather the current weights (as `state_dict`) for `broadcast_weights(POLICY)` and keep them until the next
+        call, so that an agent restarted meanwhile gets the version the others hold; their metadata (rank 0's)."""
+        self._staged = self._policy().state_dict()
+        return describe(self._staged)
+
+    def stage_snapshot(self, take: bool = True) -> list[TensorMeta]:
+        """Freeze the current weights as the snapshot opponent's (`take=False`: the snapshot a checkpoint restored)
+        for `broadcast_weights(SNAPSHOT)`; their metadata (rank 0's)."""
+        policy = self._policy()
+        snapshot = policy.take_snapshot() if take else policy.snapshot
+        if snapshot is None:
+            raise RuntimeError("the learner holds no snapshot to broadcast (none was taken or restored)")
+        return describe(snapshot)
+
+    def join_weight_group(self, weights: str, address: str, world_size: int, backend: str) -> None:
+        """Join (as rank 0, serving the rendezvous at `address`) the weight group that carries `weights` (POLICY or
+        SNAPSHOT) to the agents; blocks until they have all joined. Only the learner's rank 0 takes part."""
+        self._rank0("join a weight group")
+        self._weight_groups[weights].join(address, 0, world_size, backend)
+
+    def broadcast_weights(self, weights: str) -> int:
+        """Broadcast the staged weights (POLICY) or the snapshot (SNAPSHOT) in their weight group, whose members must be
+        receiving them now; returns the number of tensors."""
+        self._rank0("broadcast weights")
+        group = self._weight_groups[weights].current(f"the learner's {weights} weights")
+        state = self._staged if weights == POLICY else self._policy().snapshot
+        if not state:
+            raise RuntimeError(f"no {weights} weights are staged: stage_weights/stage_snapshot first")
+        metadata = describe(state)
+        group.send(state, metadata)
+        return len(metadata)
+
+    def _rank0(self, what: str) -> None:
+        if self.rank != 0:
+            raise RuntimeError(f"learner rank {self.rank} cannot {what}: rank 0 holds the gathered weights")
+
     def greedy(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """The training model's own greedy completions (transformers generate): what a synced engine must match."""
         return self._policy().greedy(prompts, max_new_tokens)
@@ -110,7 +152,7 @@ class LearnerGroup:
     rank's failure as soon as it happens. With one rank it is that one actor."""
 
     METHODS = ("ready", "update", "state_dict", "take_snapshot", "export_weights_dir", "take_snapshot_dir",
-               "greedy", "save", "load")
+               "stage_weights", "stage_snapshot", "greedy", "save", "load")
 
     def __init__(self, ranks: list[Any]) -> None:
         if not ranks:

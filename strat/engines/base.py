@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+    from strat.weight_group import TensorMeta
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -54,6 +56,20 @@ class Engine(ABC):
     @abstractmethod
     def load_weights_dir(self, path: str | os.PathLike[str]) -> None:
         """Replace the weights by those in a directory of safetensors files."""
+
+    @property
+    @abstractmethod
+    def weight_group_ranks(self) -> int:
+        """How many processes of this engine join a weight group (one per tensor-parallel worker)."""
+
+    @abstractmethod
+    def join_weight_group(self, address: str, first_rank: int, world_size: int, backend: str) -> None:
+        """Join a weight group (`strat.weight_group`) at ranks `first_rank`.. (`weight_group_ranks` of them); blocks
+        until every member has joined. Leaves the group it was in before, if any."""
+
+    @abstractmethod
+    def receive_weights(self, metadata: Sequence[TensorMeta]) -> None:
+        """Replace the weights by those the learner broadcasts in the weight group, `metadata` listing them in order."""
 
     @abstractmethod
     def close(self) -> None:

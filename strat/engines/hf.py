@@ -10,6 +10,7 @@ import torch
 
 from strat.engines.base import Engine, Generation, SamplingParams, stop_token_ids
 from strat.engines.sampling import sampling_logprobs
+from strat.weight_group import Membership, TensorMeta
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -31,6 +32,7 @@ class HFEngine(Engine):
         self._stop_ids = stop_token_ids(self._tokenizer)
         pad = self._tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else self._stop_ids[0]
+        self._weight_group = Membership()
 
     @property
     def tokenizer(self):
@@ -128,7 +130,19 @@ class HFEngine(Engine):
             state.update(load_file(file))
         self.load_state_dict(state)
 
+    @property
+    def weight_group_ranks(self) -> int:
+        return 1
+
+    def join_weight_group(self, address: str, first_rank: int, world_size: int, backend: str) -> None:
+        self._weight_group.join(address, first_rank, world_size, backend)
+
+    def receive_weights(self, metadata: Sequence[TensorMeta]) -> None:
+        group = self._weight_group.current("the hf engine")
+        group.receive_into(metadata, lambda weights: self.load_state_dict(dict(weights)))
+
     def close(self) -> None:
+        self._weight_group.leave()
         self.model = None
 
 

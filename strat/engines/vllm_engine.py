@@ -3,7 +3,8 @@
 An engine is in-process (its model runs in this process; weights can be passed as tensors) or
 multi-process (vLLM's V1 engine core, and on CPU its worker, in other processes: CUDA vLLM, tensor
 parallelism, or `multiprocess=True`). A multi-process engine cannot take tensors through its RPC:
-its weights are updated from a directory of safetensors (`load_weights_dir`)."""
+its weights are updated from a directory of safetensors (`load_weights_dir`). Either kind can also take
+the learner's broadcast in a weight group that its workers join (`receive_weights`, `strat.weight_group`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import torch
 
 from strat.engines.base import Engine, Generation, SamplingParams, stop_token_ids
+from strat.weight_group import TensorMeta
 
 
 class VLLMEngine(Engine):
@@ -36,6 +38,8 @@ class VLLMEngine(Engine):
         # CUDA vLLM and tensor parallelism always run the engine core in other processes; on CPU the
         # in-process engine starts in seconds (a multi-process one in 25-50 s) and takes tensors.
         self.multiprocess = bool(multiprocess or on_gpu or tensor_parallel_size > 1)
+        self.tensor_parallel_size = tensor_parallel_size
+        self._in_weight_group = False
         previous = _set_multiprocessing(self.multiprocess)
         try:
             from vllm import LLM
@@ -61,6 +65,7 @@ class VLLMEngine(Engine):
                 seed=seed,
                 trust_remote_code=trust_remote_code,
                 load_format="safetensors",  # never a pickled checkpoint
+                worker_extension_cls="strat.engines.vllm_worker.WeightGroupWorker",  # weight group methods
                 **kwargs,
             )
         finally:
@@ -119,7 +124,7 @@ class VLLMEngine(Engine):
             raise RuntimeError(
                 "this vLLM engine is multi-process (CUDA, tensor parallelism or engine.multiprocess=true): tensors"
                 " cannot pass through its RPC; sync weights through a directory (engine.weight_sync=directory or"
-                " auto) with load_weights_dir"
+                " auto) with load_weights_dir, or through a weight group (weight_sync=collective)"
             )
         weights = [(name, tensor.detach().cpu()) for name, tensor in state.items()]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
@@ -133,13 +138,32 @@ class VLLMEngine(Engine):
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(Path(path).absolute())})
         self.llm.reset_prefix_cache()
 
+    @property
+    def weight_group_ranks(self) -> int:
+        return self.tensor_parallel_size
+
+    def join_weight_group(self, address: str, first_rank: int, world_size: int, backend: str) -> None:
+        # Every worker joins (each at first_rank + its rank); they block in the rendezvous together.
+        self.llm.collective_rpc("join_weight_group", args=(address, first_rank, world_size, backend))
+        self._in_weight_group = True
+
+    def receive_weights(self, metadata: Sequence[TensorMeta]) -> None:
+        # Plain tuples: the RPC of a multi-process engine carries lists and strings, not arbitrary objects.
+        plain = [(meta.name, meta.dtype, list(meta.shape)) for meta in metadata]
+        self.llm.collective_rpc("receive_weights", args=(plain,))
+        self.llm.reset_prefix_cache()
+
     def close(self) -> None:
         llm, self.llm = self.llm, None
-        if llm is not None and self.multiprocess:
-            # Stop the engine core (and its workers) now rather than at garbage collection.
-            shutdown = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-            if shutdown is not None and hasattr(shutdown, "shutdown"):
-                shutdown.shutdown()
+        try:
+            if llm is not None and self._in_weight_group:
+                llm.collective_rpc("leave_weight_group")  # shuts the group down (NCCL wants it before exit)
+        finally:
+            if llm is not None and self.multiprocess:
+                # Stop the engine core (and its workers) now rather than at garbage collection.
+                shutdown = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+                if shutdown is not None and hasattr(shutdown, "shutdown"):
+                    shutdown.shutdown()
         del llm
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 from strat.learner import PolicyLearner
 from strat.records import TrainSample
 
@@ -38,3 +40,10 @@ def perturb(learner: PolicyLearner, steps: int = 2) -> list[dict[str, float]]:
     metrics = [learner.update(samples) for _ in range(steps)]
     assert all(m["learn/skipped"] == 0 for m in metrics)
     return metrics
+
+
+def local_address() -> str:
+    """`tcp://127.0.0.1:<a free port>`: where a test's weight group meets."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"

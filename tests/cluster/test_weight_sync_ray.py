@@ -1,5 +1,6 @@
 """`strat.weight_sync.sync_agents` / `sync_snapshot` through real Ray actors (learner + an hf agent):
-both modes end with the agent answering as the learner. The engine side of every path, including a
+every mode ends with the agent answering as the learner (collective: over a gloo weight group of the
+two actors, formed once and reused for the second version). The engine side of every path, including a
 multi-process vLLM engine, is in test_weight_sync.py; an hf agent keeps this module quick."""
 
 from collections.abc import Iterator
@@ -15,7 +16,21 @@ from strat.config import load_config
 from strat.engines import SamplingParams
 from strat.learner import LearnerSettings
 from strat.records import TrainSample
-from strat.weight_sync import PREFIX, resolve_weight_sync, snapshot_path, sync_agents, sync_path, sync_root, sync_snapshot
+from strat.weight_sync import (
+    POLICY,
+    PREFIX,
+    SNAPSHOT,
+    WeightBroadcast,
+    load_calls,
+    loadable,
+    resolve_collective_backend,
+    resolve_weight_sync,
+    snapshot_path,
+    sync_agents,
+    sync_path,
+    sync_root,
+    sync_snapshot,
+)
 
 from .sync_helpers import perturbing_samples, prompts_for
 
@@ -62,15 +77,22 @@ def _step(cluster: Cluster) -> list[list[int]]:
     return ray.get(cluster.learner.greedy.remote(cluster.prompts, MAX_TOKENS))
 
 
-@pytest.mark.parametrize("weight_sync", ["object_store", "directory"])
+def _broadcast(cluster: Cluster, config: Any, weights: str) -> WeightBroadcast | None:
+    if resolve_weight_sync(config) != "collective":
+        return None
+    return WeightBroadcast(cluster.learner, weights, resolve_collective_backend(config))
+
+
+@pytest.mark.parametrize("weight_sync", ["object_store", "directory", "collective"])
 def test_sync_agents(cluster: Cluster, tmp_path: Path, weight_sync: str) -> None:
     config = load_config(None, [f"run.output_dir={tmp_path}", "engine.backend=hf", f"engine.weight_sync={weight_sync}"])
     mode = resolve_weight_sync(config)
+    broadcast = _broadcast(cluster, config, POLICY)
     for version in (1, 2):
         expected = _step(cluster)
         before = [_greedy(agent, cluster.prompts) for agent in cluster.agents]
         assert all(b != expected for b in before)
-        sync_agents(cluster.learner, cluster.agents, mode, sync_path(config, config.run_dir, version), version)
+        sync_agents(cluster.learner, cluster.agents, mode, sync_path(config, config.run_dir, version), version, broadcast)
         assert [_greedy(agent, cluster.prompts) for agent in cluster.agents] == [expected] * len(cluster.agents)
     if mode == "directory":
         assert [p.name for p in sync_root(config, config.run_dir).iterdir()] == [f"{PREFIX}2"]
@@ -78,12 +100,28 @@ def test_sync_agents(cluster: Cluster, tmp_path: Path, weight_sync: str) -> None
         assert not sync_root(config, config.run_dir).exists()
 
 
-@pytest.mark.parametrize("weight_sync", ["object_store", "directory"])
+@pytest.mark.parametrize("weight_sync", ["object_store", "directory", "collective"])
 def test_sync_snapshot(cluster: Cluster, tmp_path: Path, weight_sync: str) -> None:
     config = load_config(None, [f"run.output_dir={tmp_path}", "engine.backend=hf", f"engine.weight_sync={weight_sync}"])
     expected = _step(cluster)
     snapshot = cluster.agents[0]
-    sync_snapshot(cluster.learner, snapshot, resolve_weight_sync(config), snapshot_path(config, config.run_dir, 3), 3)
+    sync_snapshot(cluster.learner, snapshot, resolve_weight_sync(config), snapshot_path(config, config.run_dir, 3), 3,
+                  _broadcast(cluster, config, SNAPSHOT))
+    assert _greedy(snapshot, cluster.prompts) == expected
+
+
+def test_a_restored_snapshot_is_broadcast_as_kept(cluster: Cluster, tmp_path: Path) -> None:
+    """What resume does under collective sync: the snapshot the learner holds (restored with a checkpoint), not a new
+    one, goes to the snapshot agent."""
+    config = load_config(None, [f"run.output_dir={tmp_path}", "engine.backend=hf", "engine.weight_sync=collective"])
+    broadcast = _broadcast(cluster, config, SNAPSHOT)
+    snapshot = cluster.agents[0]
+    expected = _step(cluster)
+    sync_snapshot(cluster.learner, snapshot, "collective", None, 3, broadcast)
+    _step(cluster)  # the learner moves on; the agent is back to the base weights
+    assert _greedy(snapshot, cluster.prompts) != expected
+    ref = cluster.learner.stage_snapshot.remote(False)
+    ray.get(load_calls([snapshot], loadable("collective", ref, ray.get(ref), broadcast), 3))
     assert _greedy(snapshot, cluster.prompts) == expected
 
 

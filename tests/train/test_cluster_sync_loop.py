@@ -1,4 +1,5 @@
-"""The driver with directory weight sync: a multi-process vLLM agent and a LoRA learner (proposed test)."""
+"""The driver's weight sync into agents that cannot take tensors through Ray: directory sync into a multi-process
+vLLM agent and from a LoRA learner, and collective sync (a gloo weight group) into a multi-process vLLM agent."""
 
 import json
 from pathlib import Path
@@ -17,14 +18,15 @@ from .test_ray_training import _config, local_ray  # noqa: F401  (a shared modul
 # Over a minute each on 2 cores (a multi-process vLLM start-up, a LoRA loop with resume): make test-faults.
 pytestmark = pytest.mark.long
 
-@pytest.mark.parametrize("extra", [
-    ["engine.backend=vllm", "engine.multiprocess=true"],
-    ["engine.backend=hf", "engine.weight_sync=directory", "learner.lora.enabled=true", "learner.lora.r=4"],
-], ids=["vllm-multiprocess", "hf-lora"])
-def test_directory_sync_makes_agents_answer_as_the_learner(local_ray, tmp_path: Path, tiny_model_dir: Path, extra) -> None:
+@pytest.mark.parametrize(("extra", "mode"), [
+    (["engine.backend=vllm", "engine.multiprocess=true"], "directory"),
+    (["engine.backend=hf", "engine.weight_sync=directory", "learner.lora.enabled=true", "learner.lora.r=4"], "directory"),
+    (["engine.backend=vllm", "engine.multiprocess=true", "engine.weight_sync=collective"], "collective"),
+], ids=["vllm-multiprocess", "hf-lora", "vllm-multiprocess-collective"])
+def test_sync_makes_agents_answer_as_the_learner(local_ray, tmp_path: Path, tiny_model_dir: Path, extra, mode) -> None:
     config = _config(tmp_path, tiny_model_dir, *extra, "resources.cpus_per_agent=0.25", "algorithm.lr=0.05")
     trainer = Trainer(config, config.run_dir)
-    assert trainer._weight_sync == "directory"
+    assert trainer._weight_sync == mode
     trainer._prepare_run_dir()
     trainer.model_path = str(tiny_model_dir)
     trainer._start_ray()
@@ -42,12 +44,20 @@ def test_directory_sync_makes_agents_answer_as_the_learner(local_ray, tmp_path: 
                    for i, p in enumerate(prompts)]
         for _ in range(3):
             ray.get(trainer.learner.update.remote(samples))
-        for version in (1, 2):
-            trainer._sync(version=version)
         expected = ray.get(trainer.learner.greedy.remote(prompts, 16))
-        after = [list(g.token_ids) for g in ray.get(trainer.agents[0].generate.remote(prompts, greedy))]
-        assert after != before and after == expected
-        assert [p.name for p in (config.run_dir / "sync").iterdir()] == ["step_2"]
+        assert expected != before
+        for version in (1, 2):
+            # Back to the initial weights first: each sync, the second one too, must move the agent's.
+            ray.get(trainer.agents[0].load_weights_dir.remote(str(tiny_model_dir), 0))
+            assert [list(g.token_ids) for g in ray.get(trainer.agents[0].generate.remote(prompts, greedy))] == before
+            trainer._sync(version=version)
+            after = [list(g.token_ids) for g in ray.get(trainer.agents[0].generate.remote(prompts, greedy))]
+            assert after == expected
+        if mode == "directory":
+            assert [p.name for p in (config.run_dir / "sync").iterdir()] == ["step_2"]
+        else:  # the weights went through the weight group, formed once for both versions
+            assert not (config.run_dir / "sync").exists()
+            assert trainer._broadcasts["policy"].members == trainer.agents
     finally:
         trainer._stop_actors()
 
