@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from strat import checkpoint
-from strat.losses import LossConfig, policy_loss, token_entropy, token_logprobs
+from strat.losses import LossConfig, choice_entropy, policy_loss, token_entropy, token_logprobs
 from strat.reasoning import move_mention_indices
 from strat.records import TrainBatch, TrainSample
 
@@ -181,6 +181,19 @@ def sequence_logprobs_and_entropy(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [B, R] of the response tokens and, with `entropy`, the policy's entropy [B, R] at each of
     them, under the temperature-scaled model (0 on padding)."""
+    logprobs, values, _ = sequence_forward(model, batch, temperature, entropy=entropy)
+    return logprobs, values
+
+
+def sequence_forward(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    temperature: float,
+    entropy: bool = False,
+    candidates: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """As `sequence_logprobs_and_entropy`, and with `candidates` ([B, R, K] token ids, -1 for none) the entropy
+    [B, R] of the choice between each position's candidates (`losses.choice_entropy`)."""
     input_ids = batch.input_ids
     attention = batch.attention_mask.long()
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
@@ -193,10 +206,14 @@ def sequence_logprobs_and_entropy(
     predicting = logits[:, :-1, :]
     logprobs = token_logprobs(predicting, batch.response_ids, temperature)
     logprobs = torch.where(batch.response_mask, logprobs, torch.zeros_like(logprobs))
-    if not entropy:
-        return logprobs, None
-    values = token_entropy(predicting, temperature)
-    return logprobs, torch.where(batch.response_mask, values, torch.zeros_like(values))
+    values = choices = None
+    if entropy:
+        values = token_entropy(predicting, temperature)
+        values = torch.where(batch.response_mask, values, torch.zeros_like(values))
+    if candidates is not None:
+        choices = choice_entropy(predicting, candidates, temperature)
+        choices = torch.where(batch.response_mask, choices, torch.zeros_like(choices))
+    return logprobs, values, choices
 
 
 def split_for_ranks(samples: Sequence[TrainSample], world_size: int) -> list[list[TrainSample]]:
@@ -268,7 +285,8 @@ class PolicyLearner:
             self.reference.requires_grad_(False)
         self.updates = 0
         self._pieces: dict[int, str] = {}
-        """Each token id's text, decoded alone (for finding the move token)."""
+        """Each token id's text, decoded alone (for finding where moves are named)."""
+        self._move_tokens: tuple[list[int], list[int]] | None = None
         self.snapshot: dict[str, torch.Tensor] | None = None
         """The weights of the frozen snapshot opponent, kept so that a checkpoint can restore it."""
 
@@ -310,10 +328,16 @@ class PolicyLearner:
         self.snapshot = self.state_dict()
         return self.snapshot
 
-    def move_mask(self, samples: Sequence[TrainSample], width: int) -> torch.Tensor:
-        """[B, width] bool, True at each token of a response where a move is named
-        (`strat.reasoning.move_mention_indices` with `settings.move_names`)."""
+    def move_choices(self, samples: Sequence[TrainSample], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where each response names a move (`strat.reasoning.move_mention_indices` with `settings.move_names`) and
+        the tokens a move could start with there: [B, width] bool and [B, width, K] token ids (-1 for none).
+
+        The candidates are the first tokens of the move names spelt as the named token is (after a space or not);
+        a mention whose token starts no name that way (merged with the text before it) is left out."""
+        spaced, plain = self._move_first_tokens()
+        size = max(len(spaced), len(plain), 1)
         mask = torch.zeros((len(samples), width), dtype=torch.bool)
+        candidates = torch.full((len(samples), width, size), -1, dtype=torch.long)
         for row, sample in enumerate(samples):
             pieces = []
             for token in sample.response_token_ids:
@@ -321,8 +345,26 @@ class PolicyLearner:
                     self._pieces[token] = self.tokenizer.decode([token])
                 pieces.append(self._pieces[token])
             for index in move_mention_indices(pieces, self.settings.move_names):
+                token = sample.response_token_ids[index]
+                options = spaced if pieces[index][:1].isspace() else plain
+                if token not in options:
+                    continue
                 mask[row, index] = True
-        return mask.to(self.device)
+                candidates[row, index, : len(options)] = torch.tensor(options, dtype=torch.long)
+        return mask.to(self.device), candidates.to(self.device)
+
+    def _move_first_tokens(self) -> tuple[list[int], list[int]]:
+        """The distinct first tokens of the move names after a space, and without one."""
+        if self._move_tokens is None:
+            def first(text: str) -> list[int]:
+                ids = self.tokenizer.encode(text, add_special_tokens=False)
+                return ids[:1]
+
+            names = [name.strip() for name in self.settings.move_names if name.strip()]
+            spaced = sorted({token for name in names for token in first(" " + name)})
+            plain = sorted({token for name in names for token in first(name)})
+            self._move_tokens = (spaced, plain)
+        return self._move_tokens
 
     def _micro_batches(self, samples: Sequence[TrainSample], epoch: int) -> list[list[TrainSample]]:
         order = list(range(len(samples)))
@@ -382,7 +424,7 @@ class PolicyLearner:
                 chunk = own[index] if counted else (own[0] if own else samples[:1])
                 batch = TrainBatch.collate(chunk, self.pad_id).to(self.device)
                 key = tuple((s.episode_id, s.agent, s.turn_index) for s in chunk)
-                moves = self.move_mask(chunk, batch.response_ids.shape[1]) if move_bonus else None
+                moves = self.move_choices(chunk, batch.response_ids.shape[1]) if move_bonus else None
                 prepared.append((epoch, key, batch, counted, moves))
         # Proximal log-probs: the learner's weights at the start of this update. With one epoch the
         # weights do not change before the single optimizer step, so the training forward gives them.
@@ -398,8 +440,12 @@ class PolicyLearner:
                     continue
                 with self._autocast():
                     # The entropy costs another pass over the vocabulary: only when its bonus is on.
-                    logprobs, entropy = sequence_logprobs_and_entropy(
-                        self.model, batch, settings.temperature, entropy=settings.loss.entropy_coef > 0 or move_bonus
+                    logprobs, entropy, move_entropy = sequence_forward(
+                        self.model,
+                        batch,
+                        settings.temperature,
+                        entropy=settings.loss.entropy_coef > 0,
+                        candidates=moves[1] if moves is not None else None,
                     )
                 if key not in proximal:
                     proximal[key] = logprobs.detach()
@@ -417,7 +463,8 @@ class PolicyLearner:
                     behaviour_logprobs=batch.behaviour_logprobs if settings.stale else None,
                     ref_logprobs=ref,
                     entropy=entropy,
-                    move_mask=moves,
+                    move_entropy=move_entropy,
+                    move_mask=moves[0] if moves is not None else None,
                 )
                 # Each micro-batch's mean is weighted by its share of the whole batch, so that the
                 # accumulated gradient is that of one mean over all tokens (or all sequences). FSDP2

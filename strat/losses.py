@@ -39,7 +39,7 @@ class LossOutput:
     entropy: torch.Tensor | None = None
     """Mean per-token entropy of the policy, when it was computed."""
     move_entropy: torch.Tensor | None = None
-    """Mean entropy of the policy at the moves' first tokens, when the move bonus is on."""
+    """Mean entropy of the choice between moves where a move is named, when the move bonus is on."""
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,12 @@ class LossConfig:
     entropy_coef: float = 0.0
     """Weight of an entropy bonus over response tokens: keeps the policy sampling every move while it learns."""
     move_entropy_coef: float = 0.0
-    """Weight of an entropy bonus on each move's first token only (see `strat.reasoning.move_token_index`), in the
-    advantage's units: the bonus is aggregated like the surrogate, with zero on every other token, so a move
-    token's entropy gradient weighs `move_entropy_coef` against the advantage's 1. Keeps every move sampled
-    (so that group-relative advantages keep seeing the alternatives) without loosening the reasoning's format."""
+    """Weight of an entropy bonus on the choice between moves, at the tokens where a move is named (see
+    `strat.reasoning.move_mention_indices`; the entropy of the policy renormalised over the moves' first tokens,
+    so it never moves mass to tokens that name no move). In the advantage's units: the bonus is aggregated like
+    the surrogate, 0 on every other token, so a move token's entropy gradient weighs `move_entropy_coef` against
+    the advantage's 1. Keeps every move sampled (so that groups keep seeing the alternatives) without loosening
+    the reasoning's format."""
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -77,6 +79,19 @@ def token_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """Entropy [B, T] of softmax(logits / temperature) at each position; `logits` [B, T, V]."""
     logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
     return -(logprobs.exp() * logprobs).sum(dim=-1)
+
+
+def choice_entropy(logits: torch.Tensor, candidates: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Entropy [B, T] of softmax(logits / temperature) restricted to each position's candidate tokens, renormalised:
+    the entropy of the choice between them. `logits` [B, T, V]; `candidates` [B, T, K] token ids, -1 for none
+    (a position with no candidate gets 0)."""
+    present = candidates >= 0
+    chosen = logits.float().gather(-1, candidates.clamp(min=0)) / temperature
+    chosen = torch.where(present, chosen, torch.full_like(chosen, float("-inf")))
+    logprobs = torch.log_softmax(chosen, dim=-1)
+    terms = torch.where(present, logprobs.exp() * logprobs, torch.zeros_like(logprobs))
+    values = -terms.sum(dim=-1)
+    return torch.where(present.any(dim=-1), values, torch.zeros_like(values))
 
 
 def aggregate(values: torch.Tensor, mask: torch.Tensor, agg: LossAgg) -> torch.Tensor:
@@ -230,31 +245,37 @@ def policy_loss(
     behaviour_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
+    move_entropy: torch.Tensor | None = None,
     move_mask: torch.Tensor | None = None,
 ) -> LossOutput:
     """The surrogate (clipped or FiberPO) plus `kl_coef` x the KL penalty minus `entropy_coef` x the mean
-    token entropy minus `move_entropy_coef` x the entropy on the moves' first tokens (`move_mask` [B, T] bool),
-    aggregated like the surrogate; diagnostics are the surrogate's.
+    token entropy minus `move_entropy_coef` x the entropy of the choice between moves (`move_entropy` [B, T], see
+    `choice_entropy`) on the tokens where a move is named (`move_mask` [B, T] bool), aggregated like the
+    surrogate (0 on every other token); diagnostics are the surrogate's.
 
     With `behaviour_logprobs` (stale samples) each token is weighted by proximal/behaviour truncated at `is_cap`.
-    `entropy` [B, T] (see `token_entropy`) is needed when either entropy coefficient is > 0.
+    `entropy` [B, T] (see `token_entropy`) is needed when `entropy_coef` > 0, `move_entropy` and `move_mask` when
+    `move_entropy_coef` > 0.
     """
     out = _policy_terms(config, logprobs, proximal_logprobs, advantages, mask, behaviour_logprobs, ref_logprobs)
-    if entropy is None:
-        if config.entropy_coef > 0 or config.move_entropy_coef > 0:
-            raise ValueError("entropy_coef > 0 or move_entropy_coef > 0 needs the per-token entropy")
-        return out
-    mean_entropy = aggregate(entropy, mask, config.loss_agg)
-    loss = out.loss - config.entropy_coef * mean_entropy if config.entropy_coef > 0 else out.loss
-    move_entropy = None
+    loss = out.loss
+    if config.entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0 needs the per-token entropy")
+    mean_entropy = None
+    if entropy is not None:
+        mean_entropy = aggregate(entropy, mask, config.loss_agg)
+        if config.entropy_coef > 0:
+            loss = loss - config.entropy_coef * mean_entropy
+        mean_entropy = mean_entropy.detach()
+    mean_move_entropy = None
     if config.move_entropy_coef > 0:
-        if move_mask is None:
-            raise ValueError("move_entropy_coef > 0 needs the move-token mask")
+        if move_entropy is None or move_mask is None:
+            raise ValueError("move_entropy_coef > 0 needs the moves' choice entropy and the move-token mask")
         on_move = move_mask & mask
-        on_move_entropy = torch.where(on_move, entropy, torch.zeros_like(entropy))
+        on_move_entropy = torch.where(on_move, move_entropy, torch.zeros_like(move_entropy))
         loss = loss - config.move_entropy_coef * aggregate(on_move_entropy, mask, config.loss_agg)
-        move_entropy = (entropy * on_move).sum().detach() / on_move.sum().clamp(min=1)
-    return replace(out, loss=loss, entropy=mean_entropy.detach(), move_entropy=move_entropy)
+        mean_move_entropy = on_move_entropy.sum().detach() / on_move.sum().clamp(min=1)
+    return replace(out, loss=loss, entropy=mean_entropy, move_entropy=mean_move_entropy)
 
 
 def _policy_terms(

@@ -9,6 +9,7 @@ import torch
 
 from strat.losses import (
     LossConfig,
+    choice_entropy,
     aggregate,
     clipped_surrogate,
     dph_generator,
@@ -257,29 +258,41 @@ def test_entropy_bonus_is_subtracted_from_the_surrogate() -> None:
         policy_loss(LossConfig(entropy_coef=0.1), logprobs, proximal, advantages, FULL)
 
 
+def test_choice_entropy_by_hand() -> None:
+    # Vocabulary of 4; candidates: tokens 0 and 1 at position 0, tokens 2 and 3 (and a pad) at position 1, none at 2.
+    logits = torch.tensor([[[math.log(3.0), 0.0, 5.0, -7.0], [1.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]])
+    candidates = torch.tensor([[[0, 1, -1], [2, 3, -1], [-1, -1, -1]]])
+    entropy = choice_entropy(logits, candidates, temperature=1.0)[0]
+    # Renormalised over the candidates only: (3/4, 1/4) whatever token 2 holds; uniform over 2.
+    assert entropy[0].item() == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)), rel=1e-6)
+    assert entropy[1].item() == pytest.approx(math.log(2.0), rel=1e-6)
+    assert entropy[2].item() == 0.0
+    assert choice_entropy(logits, candidates, temperature=4.0)[0, 0].item() > entropy[0].item()
+
+
 def test_move_entropy_bonus_acts_on_the_move_tokens_in_the_advantage_units() -> None:
     logprobs = _leaf([-1.0, -2.0, -0.5])
     proximal = logprobs.detach().clone()
     advantages = torch.tensor([1.0], dtype=torch.float64)
-    entropy = torch.tensor([[0.3, 0.6, 0.9]], dtype=torch.float64)
+    choices = torch.tensor([[0.3, 0.6, 0.9]], dtype=torch.float64)
     moves = torch.tensor([[False, True, False]])
     plain = policy_loss(LossConfig(), logprobs, proximal, advantages, FULL)
-    bonus = policy_loss(LossConfig(move_entropy_coef=0.5), logprobs, proximal, advantages, FULL, entropy=entropy,
-                        move_mask=moves)
+    config = LossConfig(move_entropy_coef=0.5)
+    bonus = policy_loss(config, logprobs, proximal, advantages, FULL, move_entropy=choices, move_mask=moves)
     # token_mean: the move token's entropy over the 3 response tokens, as each token's advantage term is.
     assert bonus.loss.item() == pytest.approx(plain.loss.item() - 0.5 * 0.6 / 3)
     assert bonus.move_entropy.item() == pytest.approx(0.6)
-    assert bonus.entropy.item() == pytest.approx(0.6)  # the all-token mean, reported
+    assert bonus.entropy is None  # the all-token entropy was not computed
     seq = policy_loss(LossConfig(move_entropy_coef=0.5, loss_agg="seq_mean"), logprobs, proximal, advantages, FULL,
-                      entropy=entropy, move_mask=moves)
+                      move_entropy=choices, move_mask=moves)
     plain_seq = policy_loss(LossConfig(loss_agg="seq_mean"), logprobs, proximal, advantages, FULL)
     assert seq.loss.item() == pytest.approx(plain_seq.loss.item() - 0.5 * 0.6 / 3)
     # The gradient of the bonus reaches the move token's entropy only.
-    grad_entropy = entropy.clone().requires_grad_(True)
-    policy_loss(LossConfig(move_entropy_coef=0.5), logprobs, proximal, advantages, FULL, entropy=grad_entropy,
+    grad_choices = choices.clone().requires_grad_(True)
+    policy_loss(config, logprobs, proximal, advantages, FULL, move_entropy=grad_choices,
                 move_mask=moves).loss.backward()
-    assert grad_entropy.grad[0].tolist() == pytest.approx([0.0, -0.5 / 3, 0.0])
+    assert grad_choices.grad[0].tolist() == pytest.approx([0.0, -0.5 / 3, 0.0])
     with pytest.raises(ValueError, match="move"):
-        policy_loss(LossConfig(move_entropy_coef=0.5), logprobs, proximal, advantages, FULL, entropy=entropy)
-    with pytest.raises(ValueError, match="entropy"):
-        policy_loss(LossConfig(move_entropy_coef=0.5), logprobs, proximal, advantages, FULL, move_mask=moves)
+        policy_loss(config, logprobs, proximal, advantages, FULL, move_entropy=choices)
+    with pytest.raises(ValueError, match="move"):
+        policy_loss(config, logprobs, proximal, advantages, FULL, move_mask=moves)

@@ -1,5 +1,6 @@
 """The rollout runner and the learner without Ray: groups, seeds, tokens, masks, log-probs."""
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -9,7 +10,13 @@ import torch
 from strat.advantage import AdvantageConfig, compute_advantages
 from strat.comparison import ComparisonWeights, score_episodes
 from strat.engines import build_engine
-from strat.learner import LearnerSettings, PolicyLearner, sequence_logprobs, sequence_logprobs_and_entropy
+from strat.learner import (
+    LearnerSettings,
+    PolicyLearner,
+    sequence_forward,
+    sequence_logprobs,
+    sequence_logprobs_and_entropy,
+)
 from strat.losses import LossConfig
 from strat.records import TrainBatch, TrainSample
 from strat.rollout import OpponentChoice, RolloutRunner, RolloutSettings, derive_seed, plan_groups
@@ -171,18 +178,23 @@ def test_move_entropy_bonus_acts_where_the_move_is_named(tiny_model_dir: Path, t
         LearnerSettings(lr=1e-3, micro_batch=2, loss=LossConfig(move_entropy_coef=1.0), move_names=("pass", "bet")),
     )
     batch = TrainBatch.collate(samples, learner.pad_id)
-    moves = learner.move_mask(samples, batch.response_ids.shape[1])
-    named = [[tokenizer.decode([int(t)]).strip() for t in row[m]] for row, m in zip(batch.response_ids, moves)]
-    assert named == [["bet", "bet"], ["p", "pass"]] or named == [["bet", "bet"], ["pass", "pass"]]
+    moves, candidates = learner.move_choices(samples, batch.response_ids.shape[1])
+    spaced = {tokenizer.encode(" bet")[0], tokenizer.encode(" pass")[0]}
+    plain = {tokenizer.encode("bet")[0], tokenizer.encode("pass")[0]}
+    # Both mentions in each response; the candidates are the moves' first tokens spelt as the mention is.
+    assert moves.sum(dim=-1).tolist() == [2, 2]
+    found = [set(row[m].flatten().tolist()) - {-1} for row, m in zip(candidates, moves)]
+    assert found == [spaced | plain, spaced | plain]
+    for row, m in zip(candidates, moves):
+        first, second = row[m]
+        assert set(first.tolist()) - {-1} == spaced and set(second.tolist()) - {-1} == plain
     with torch.no_grad():
-        _, before = sequence_logprobs_and_entropy(learner.model.eval(), batch, 1.0)
+        _, _, before = sequence_forward(learner.model.eval(), batch, 1.0, candidates=candidates)
     metrics = learner.update(samples)  # advantages 0: the bonus is the only signal
     with torch.no_grad():
-        _, after = sequence_logprobs_and_entropy(learner.model.eval(), batch, 1.0)
-    others = batch.response_mask & ~moves.cpu()
-    assert metrics["policy/move_entropy"] == pytest.approx(float(before[moves.cpu()].mean()), rel=1e-4)
-    gain = (after - before)[moves.cpu()].mean()
-    assert gain > 0
-    assert gain > 1.5 * (after - before)[others].abs().mean()  # Adam moves every weight, yet the move tokens most
+        _, _, after = sequence_forward(learner.model.eval(), batch, 1.0, candidates=candidates)
+    assert metrics["policy/move_entropy"] == pytest.approx(float(before[moves].mean()), rel=1e-4)
+    assert float(after[moves].mean()) > float(before[moves].mean())
+    assert float(after[moves].max()) <= math.log(2) + 1e-6  # a choice between two moves, not the vocabulary
     with pytest.raises(ValueError, match="move names"):
         LearnerSettings(loss=LossConfig(move_entropy_coef=1.0))
