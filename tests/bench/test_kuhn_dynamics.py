@@ -1,0 +1,51 @@
+"""bench/kuhn_dynamics.py, the tabular surrogate of the training dynamics: its exploitability is OpenSpiel's, and a
+run is reproducible from its seed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyspiel
+import pytest
+from open_spiel.python import policy as openspiel_policy
+from open_spiel.python.algorithms import exploitability as openspiel_exploitability
+
+PATH = Path(__file__).resolve().parents[2] / "bench" / "kuhn_dynamics.py"
+
+
+@pytest.fixture(scope="module")
+def dynamics():
+    spec = importlib.util.spec_from_file_location("kuhn_dynamics", PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kuhn_dynamics"] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("kuhn_dynamics", None)
+
+
+def _openspiel(dynamics, bets: np.ndarray) -> float:
+    game = pyspiel.load_game("kuhn_poker")
+    table = openspiel_policy.TabularPolicy(game)
+    for key, row in table.state_lookup.items():
+        bet = bets[dynamics.infoset(int(key[0]), key[1:])]
+        table.action_probability_array[row] = [1.0 - bet, bet]
+    return openspiel_exploitability.exploitability(game, table)
+
+
+def test_exploitability_is_openspiels(dynamics) -> None:
+    rng = np.random.default_rng(0)
+    tables = [np.ones(12), np.full(12, 0.5), dynamics.contrarian(), *rng.random((3, 12))]
+    for bets in tables:
+        assert dynamics.exploitability(bets) == pytest.approx(_openspiel(dynamics, bets), abs=1e-9)
+    assert dynamics.exploitability(np.ones(12)) == pytest.approx(1 / 3)  # always bet / call
+
+
+def test_runs_reproduce_from_the_seed_and_report_every_five_steps(dynamics) -> None:
+    first = dynamics.simulate(steps=12, groups=4, move_entropy=0.5, shared=1.0, specific=0.2, seed=3)
+    assert [step for step, _ in first] == [5, 10, 12]
+    assert dynamics.simulate(steps=12, groups=4, move_entropy=0.5, shared=1.0, specific=0.2, seed=3) == first
+    assert dynamics.simulate(steps=12, groups=4, seed=4) != first
+    assert all(0.0 <= e <= 3.0 for _, e in first)
