@@ -10,7 +10,7 @@ speed relative to the shared one. The loop is the service's: groups of `--group-
 and opponent kind (self-play with both seats learning, the snapshot taken every 5 steps, the uniform random player;
 weights `--mix`), group-relative advantages per seat ((R - mean) / std, 0 for a flat group), REINFORCE on each of the
 seat's moves, an optional bonus on the entropy of each move (`--move-entropy`, the analogue of
-`algorithm.move_entropy_coef`), Adam. It prints the exact exploitability every 5 steps for each seed, and the mean.
+`algorithm.move_entropy_coef`), Adam. It prints the exact exploitability (`strat.evaluate`) every 5 steps for each seed, and the mean.
 
 It leaves out the text: reasoning tokens, the process term, PPO clipping, format failures. It reproduced what the
 LLM runs showed (the drift to betting with every card, exploitability ~0.33 at step 30 from the contrarian warm start)
@@ -20,9 +20,10 @@ and predicts more than the LLM delivers for the fixes it favours: treat its answ
 from __future__ import annotations
 
 import argparse
-import itertools
-
 import numpy as np
+
+import strat  # noqa: F401  (thread and offline defaults first)
+from strat.evaluate import exploitability_of_table
 
 HISTORIES = ("", "p", "b", "pb")
 """The decision points of 2-player Kuhn: first to act, after a check, facing a bet, facing a bet after checking."""
@@ -40,36 +41,14 @@ def _terminal(history: str, cards: tuple[int, int]) -> float | None:
     return {"pp": showdown, "bp": 1.0, "pbp": -1.0, "bb": 2 * showdown, "pbb": 2 * showdown}.get(history)
 
 
-def value(policy0: np.ndarray, policy1: np.ndarray) -> float:
-    """Player 0's expected return when seat 0 plays `policy0` and seat 1 `policy1` (bet probabilities)."""
-    total = 0.0
-    deals = list(itertools.permutations(range(CARDS), 2))
-    for cards in deals:
-        def walk(history: str, reach: float) -> float:
-            end = _terminal(history, cards)
-            if end is not None:
-                return reach * end
-            seat = len(history) % 2
-            bet = (policy0, policy1)[seat][infoset(cards[seat], history)]
-            return walk(history + "b", reach * bet) + walk(history + "p", reach * (1 - bet))
-
-        total += walk("", 1.0)
-    return total / len(deals)
-
-
 def exploitability(policy: np.ndarray) -> float:
-    """Mean gain of a best response in each seat against `policy` played in the other (OpenSpiel's definition);
-    best responses by enumerating the 2^6 pure strategies of a seat."""
-    best = [-np.inf, -np.inf]
-    seats = {0: ("", "pb"), 1: ("p", "b")}
-    for seat, histories in seats.items():
-        for bits in itertools.product((0.0, 1.0), repeat=CARDS * 2):
-            response = policy.copy()
-            for (card, history), bet in zip(itertools.product(range(CARDS), histories), bits):
-                response[infoset(card, history)] = bet
-            gain = value(response, policy) if seat == 0 else -value(policy, response)
-            best[seat] = max(best[seat], gain)
-    return (best[0] + best[1]) / 2
+    """Exact exploitability (OpenSpiel's definition) of the 12 bet probabilities, by the project's evaluator."""
+    table = {
+        f"{card}{history}": {0: 1.0 - float(policy[infoset(card, history)]), 1: float(policy[infoset(card, history)])}
+        for card in range(CARDS)
+        for history in HISTORIES
+    }
+    return exploitability_of_table("kuhn_poker", table)
 
 
 def contrarian() -> np.ndarray:
