@@ -34,8 +34,9 @@ def other_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def warm_model_dir(tiny_model_dir: Path) -> Path:
-    """The tiny Kuhn poker model warm-started on random play for 2 epochs (follows the format, plays randomly);
-    the same settings as tests/train/test_warmstart.py's, so one build serves both."""
+    """The tiny Kuhn poker model warm-started on 400 games of random play for 2 epochs (follows the format, plays
+    randomly); the same settings as tests/train/test_warmstart.py's and the loop tests' (tests/train/
+    test_ray_training.py), so one build serves them all."""
     from strat.warmstart import WarmStartSettings, ensure_warm
 
-    return ensure_warm(tiny_model_dir, "kuhn_poker", WarmStartSettings(depth=2, epochs=2))
+    return ensure_warm(tiny_model_dir, "kuhn_poker", WarmStartSettings(depth=2, epochs=2, episodes=400))

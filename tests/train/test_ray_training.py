@@ -26,8 +26,10 @@ SMALL = [
     "algorithm.groups_per_step=2", "algorithm.group_size=3", "reasoning.max_new_tokens=24",
     "eval.games=6", "eval.samples_per_infoset=2", "eval.bootstrap=5", "logging.samples_every=1",
     "resources.rollout_workers=1",
-    # The loop's tests need a model that follows the format, not the default warm start's full schedule.
-    "warm_start.player=random", "warm_start.epochs=1",
+    # The loop's tests need a model that follows the format, not the default warm start's full schedule: the
+    # settings of the shared `warm_model_dir` fixture (WarmStartSettings(depth=2, epochs=2, episodes=400)), so that
+    # the trainer's warm start and the fixture are one cached build in the suite, not two.
+    "warm_start.player=random", "warm_start.episodes=400", "warm_start.epochs=2", "warm_start.max_seconds=300",
 ]
 
 
@@ -138,20 +140,22 @@ def test_resume_reproduces_an_uninterrupted_run(local_ray, tmp_path: Path, warm_
     # Exact resume is promised for synchronous runs; with overlap the rollout in flight at a checkpoint
     # is regenerated with the restored weights.
     # The fixture is already warm-started: no second warm start on top of it.
-    common = ["engine.backend=hf", "schedule.max_staleness=0", "schedule.checkpoint_every=2", "schedule.eval_every=2",
+    common = ["engine.backend=hf", "schedule.max_staleness=0", "schedule.checkpoint_every=1", "schedule.eval_every=2",
               "warm_start.enabled=false",
               "game.opponents=[{kind: self, weight: 1}, {kind: snapshot, weight: 1}, {kind: scripted, name: random, weight: 1}]",
               "schedule.snapshot_every=1", "algorithm.lr=0.003", "reasoning.max_new_tokens=160"]
-    straight = _config(tmp_path / "a", warm_model_dir, *common, "schedule.steps=4")
+    # Stopped after step 1's checkpoint and resumed for two steps: step 2's update starts from the restored Adam
+    # state, and step 3's rollout and the step-2 evaluation see its result.
+    straight = _config(tmp_path / "a", warm_model_dir, *common, "schedule.steps=3")
     Trainer(straight, straight.run_dir).run()
 
-    first = _config(tmp_path / "b", warm_model_dir, *common, "schedule.steps=2")
+    first = _config(tmp_path / "b", warm_model_dir, *common, "schedule.steps=1")
     Trainer(first, first.run_dir).run()
-    resumed = load_config(first.run_dir / "config.yaml", ["schedule.steps=4"])
+    resumed = load_config(first.run_dir / "config.yaml", ["schedule.steps=3"])
     Trainer(resumed, first.run_dir, resume=True).run()
 
     a, b = metrics.read(straight.run_dir), metrics.read(first.run_dir)
-    assert [r["step"] for r in b] == [0, 1, 2, 3, 4]
+    assert [r["step"] for r in b] == [0, 1, 2, 3]
     assert any(r.get("learn/grad_norm", 0) > 0 for r in a), "the run must learn for this test to mean anything"
     assert _comparable(a) == _comparable(b)
     assert json.dumps(_comparable(a), sort_keys=True) == json.dumps(_comparable(b), sort_keys=True)
