@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from strat.comparison import AgreementMethod, ChatMessages
 from strat.engines.base import Engine, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where it is used: the comparator actor imports this module and, with the default token-F1
+# agreement, never needs torch (importing it costs seconds of every actor start on a small CPU box).
 
 JUDGE_SAMPLING = SamplingParams(max_tokens=16, temperature=0.0)
 """Greedy and short: the judge is asked for "Score: <0-10>" only."""
@@ -44,6 +48,8 @@ def chat_completions(
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of `hidden` [batch, tokens, dim] over the tokens `mask` [batch, tokens] keeps, L2-normalised per row;
     a row without tokens is all zeros."""
+    import torch
+
     if hidden.dim() != 3 or mask.shape != hidden.shape[:2]:
         raise ValueError(f"mean_pool needs hidden [batch, tokens, dim] and mask [batch, tokens], "
                          f"got {tuple(hidden.shape)} and {tuple(mask.shape)}")
@@ -59,6 +65,7 @@ class TextEmbedder:
     def __init__(
         self, model_dir: str | os.PathLike[str], device: str = "cpu", batch_size: int = 32, max_length: int = 1024
     ) -> None:
+        import torch
         from transformers import AutoModel, AutoTokenizer
 
         if batch_size < 1:
@@ -73,8 +80,13 @@ class TextEmbedder:
         self.batch_size = batch_size
         self.max_length = max_length
 
-    @torch.inference_mode()
     def __call__(self, texts: Sequence[str]) -> list[list[float]]:
+        import torch
+
+        with torch.inference_mode():
+            return self._embed(texts)
+
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         vectors: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
             batch = self.tokenizer(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,8 @@ class TrainBatch:
     @classmethod
     def collate(cls, samples: Sequence[TrainSample], pad_token_id: int) -> TrainBatch:
         """Pad `samples` into one batch."""
+        import torch  # here, not at the top: the rollout and comparator actors use these records without torch
+
         if not samples:
             raise ValueError("cannot collate an empty list of samples")
         for sample in samples:
@@ -181,11 +185,15 @@ class TrainBatch:
     @property
     def input_ids(self) -> torch.Tensor:
         """[B, P + R] prompt then response."""
+        import torch
+
         return torch.cat([self.prompt_ids, self.response_ids], dim=1)
 
     @property
     def attention_mask(self) -> torch.Tensor:
         """[B, P + R] bool over real tokens."""
+        import torch
+
         return torch.cat([self.prompt_mask, self.response_mask], dim=1)
 
     def to(self, device: torch.device | str) -> TrainBatch:
