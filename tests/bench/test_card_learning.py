@@ -1,0 +1,68 @@
+"""bench/card_learning.py, the oracle-advantage probe of the learner: returns and advantages by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+import games
+from games.kuhn_poker import BET, PASS
+from strat.engines import Generation
+from strat.warmstart import templated_response
+
+PATH = Path(__file__).resolve().parents[2] / "bench" / "card_learning.py"
+DEPTH, PENALTY = 2, -3.0
+
+
+@pytest.fixture(scope="module")
+def probe():
+    spec = importlib.util.spec_from_file_location("card_learning", PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["card_learning"] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("card_learning", None)
+
+
+def _first_decision(card_0: int, card_1: int):
+    """Player 0's opening decision holding `card_0` (0 Jack, 2 King)."""
+    env = games.make("kuhn_poker")
+    for seed in range(200):
+        env.reset(seed=seed)
+        if env.card("player_0") == card_0 and env.card("player_1") == card_1:
+            return env
+    raise AssertionError("no such deal in 200 seeds")
+
+
+def _generation(env, action: int | None, index: int) -> Generation:
+    text = "no tags at all" if action is None else templated_response(env, "player_0", action, DEPTH, random.Random(0))
+    return Generation((1, 2), (10 + index, 11), (-0.5, -0.1), text, "stop")
+
+
+def test_oracle_returns_and_group_advantages_by_hand(probe) -> None:
+    king, jack = _first_decision(2, 0), _first_decision(0, 2)
+    # King: bet, bet, pass, invalid -> returns 1, 1, -1, -3 (mean -0.5, std sqrt(2.75)); Jack: pass x4 -> all equal.
+    generations = [_generation(king, a, i) for i, a in enumerate((BET, BET, PASS, None))]
+    generations += [_generation(jack, PASS, 4 + i) for i in range(4)]
+    samples, stats = probe.oracle_samples([king, jack], generations, 4, DEPTH, "card", PENALTY, random.Random(0))
+
+    std = 2.75**0.5
+    expected = [1.5 / std, 1.5 / std, -0.5 / std, -2.5 / std, 0.0, 0.0, 0.0, 0.0]
+    assert [s.advantage for s in samples] == pytest.approx(expected)
+    assert [s.response_token_ids for s in samples] == [g.token_ids for g in generations]
+    assert stats.valid == 7 and stats.hits == 6
+    assert stats.bets == [0, 0, 2] and stats.counted == [4, 0, 3]
+    # The group is the information set: the King's and the Jack's samples never share one.
+    assert {s.group_id for s in samples[:4]} != {s.group_id for s in samples[4:]}
+
+
+def test_targets(probe) -> None:
+    assert [probe.target_bets(card, "card") for card in range(3)] == [False, False, True]
+    assert all(probe.target_bets(card, "bet") for card in range(3))
+    assert not any(probe.target_bets(card, "pass") for card in range(3))
+    assert probe.log_odds(4, 8) == 0.0
+    assert probe.log_odds(0, 8) < 0 < probe.log_odds(8, 8)
