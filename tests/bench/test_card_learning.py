@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,18 +11,14 @@ from games.kuhn_poker import BET, PASS
 from strat.engines import Generation
 from strat.warmstart import templated_response
 
-PATH = Path(__file__).resolve().parents[2] / "bench" / "card_learning.py"
+from .conftest import bench_module
+
 DEPTH, PENALTY = 2, -3.0
 
 
 @pytest.fixture(scope="module")
 def probe():
-    spec = importlib.util.spec_from_file_location("card_learning", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["card_learning"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("card_learning", None)
+    yield from bench_module("card_learning")
 
 
 def _first_decision(card_0: int, card_1: int):

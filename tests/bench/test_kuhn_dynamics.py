@@ -3,27 +3,18 @@ run is reproducible from its seed."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pyspiel
 import pytest
 from open_spiel.python import policy as openspiel_policy
 from open_spiel.python.algorithms import exploitability as openspiel_exploitability
 
-PATH = Path(__file__).resolve().parents[2] / "bench" / "kuhn_dynamics.py"
+from .conftest import bench_module
 
 
 @pytest.fixture(scope="module")
 def dynamics():
-    spec = importlib.util.spec_from_file_location("kuhn_dynamics", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kuhn_dynamics"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("kuhn_dynamics", None)
+    yield from bench_module("kuhn_dynamics")
 
 
 def _openspiel(dynamics, bets: np.ndarray) -> float:
