@@ -30,7 +30,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import strat  # noqa: F401  (thread and offline defaults first)
+import torch
 from games.kuhn_poker import BET
+from strat.advantage import AdvantageConfig, normalise
 from strat.config import load_config
 from strat.engines import Generation, SamplingParams, build_engine
 from strat.evaluate import _decision_states, _env_at
@@ -57,6 +59,7 @@ def log_odds(bets: int, total: int) -> float:
     """Log-odds of a bet rate, with half a count added on each side so that 0 and 1 stay finite."""
     return math.log((bets + 0.5) / (total - bets + 0.5))
 
+
 @dataclasses.dataclass
 class OracleStats:
     """What one step's responses did: valid ones, those with the target's move, bets and valid moves per card."""
@@ -79,7 +82,7 @@ def oracle_samples(
 ) -> tuple[list[TrainSample], OracleStats]:
     """Learner samples for `per_infoset` consecutive generations at each env's decision: return +1 for the target's
     move, -1 for the other, `penalty` for an invalid response; advantages (R - mean) / std within each information
-    set (0 when all are equal), as the loop's same-deal groups."""
+    set (0 when all are equal; `strat.advantage.normalise`, as the loop's same-deal groups)."""
     stats, samples = OracleStats(), []
     for index, env in enumerate(envs):
         agent = env.agent_selection
@@ -98,10 +101,8 @@ def oracle_samples(
             stats.bets[card] += bet
             stats.counted[card] += 1
             returns.append(1.0 if hit else -1.0)
-        mean = sum(returns) / len(returns)
-        std = (sum((r - mean) ** 2 for r in returns) / len(returns)) ** 0.5
-        for j, (generation, value) in enumerate(zip(chunk, returns, strict=True)):
-            advantage = (value - mean) / std if std > 0 else 0.0
+        advantages = normalise(torch.tensor(returns, dtype=torch.float64), AdvantageConfig().eps).tolist()
+        for j, (generation, advantage) in enumerate(zip(chunk, advantages, strict=True)):
             samples.append(TrainSample(f"{tag}i{index}", f"{tag}i{index}-{j}", agent, 0,
                                        tuple(generation.prompt_token_ids), tuple(generation.token_ids),
                                        tuple(generation.logprobs), advantage))
