@@ -96,12 +96,11 @@ def sft(
     out: Annotated[Path | None, typer.Option(help="Output directory (default: the shared cache, reused by train).")] = None,
 ) -> None:
     """Warm start: fine-tune the config's model on templated-reasoning transcripts of weak scripted play."""
-    from strat.tiny_model import resolve_model_path
-    from strat.trainer import warm_start_settings
+    from strat.trainer import base_model_path, warm_start_settings
     from strat.warmstart import ensure_warm, warm_start
 
     resolved = _load(config, overrides)
-    base = resolve_model_path(resolved.model.path)
+    base = base_model_path(resolved)
     settings = warm_start_settings(resolved)
     if out is None:
         path = ensure_warm(base, resolved.game.name, settings)

@@ -27,9 +27,33 @@ class RunConfig(_Section):
     """Parent folder of run directories."""
 
 
+class TinyConfig(_Section):
+    """Sizes of a `tiny:<game>` model (Qwen2 architecture, random weights, a BPE tokenizer on the game's text).
+
+    The defaults are the 2-layer, 128-wide model the local default config and the tests use; each size
+    builds (and caches) its own model, and a warm start of it."""
+
+    hidden_size: int = Field(128, ge=8)
+    intermediate_size: int = Field(352, ge=8)
+    num_layers: int = Field(2, ge=1)
+    num_heads: int = Field(2, ge=1)
+    num_kv_heads: int = Field(1, ge=1)
+    head_dim: int = Field(64, ge=4)
+    vocab_size: int = Field(2048, ge=512)
+    """BPE vocabulary size, special tokens included."""
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinyConfig:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        return self
+
+
 class ModelConfig(_Section):
     path: str = "tiny:kuhn_poker"
     """A Hugging Face model directory, or `tiny:<game>` to build a tiny model offline."""
+    tiny: TinyConfig = Field(default_factory=TinyConfig)
+    """Sizes of a `tiny:<game>` model; ignored for a model directory."""
     trust_remote_code: bool = False
     """Run code shipped with the checkpoint; off unless you trust it."""
 

@@ -171,8 +171,8 @@ def ensure(game: str, seed: int = 0, settings: TinyModelSettings = TinyModelSett
     return build_once(target, lambda out: build(game, out, seed=seed, settings=settings))
 
 
-def resolve_model_path(path: str, seed: int = 0) -> Path:
-    """A model directory for a config's `model.path` (`tiny:<game>` is built and cached)."""
+def resolve_model_path(path: str, seed: int = 0, settings: TinyModelSettings = TinyModelSettings()) -> Path:
+    """A model directory for a config's `model.path` (`tiny:<game>` is built with `settings` and cached)."""
     if path.startswith("tiny:"):
-        return ensure(path.split(":", 1)[1], seed=seed)
+        return ensure(path.split(":", 1)[1], seed=seed, settings=settings)
     return Path(path).expanduser()

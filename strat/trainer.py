@@ -140,6 +140,14 @@ def agreement_settings(config: ExperimentConfig) -> AgreementSettings:
     )
 
 
+def base_model_path(config: ExperimentConfig) -> Path:
+    """The configured model's directory before any warm start; a `tiny:<game>` model is built with the
+    config's `model.tiny` sizes on first use and cached."""
+    from strat.tiny_model import TinyModelSettings, resolve_model_path
+
+    return resolve_model_path(config.model.path, settings=TinyModelSettings(**config.model.tiny.model_dump()))
+
+
 def warm_start_settings(config: ExperimentConfig):  # -> strat.warmstart.WarmStartSettings
     from strat.warmstart import WarmStartSettings
 
@@ -508,12 +516,11 @@ class Trainer:
     @staticmethod
     def initial_model_path(config: ExperimentConfig) -> Path:
         """The model RL starts from: the configured one (a tiny model is built), warm-started when asked."""
-        from strat.tiny_model import resolve_model_path
         from strat.warmstart import ensure_warm
 
         if config.model.tiny_game is not None:
             log.info("tiny model for %s: built on first use, then cached", config.model.tiny_game)
-        base = resolve_model_path(config.model.path)
+        base = base_model_path(config)
         if not config.warm_start.enabled:
             return base
         log.info("warm start (format, not strategy): cached after the first run, which takes a minute or two")

@@ -584,8 +584,7 @@ def run_bench(config_path: str | None = None, quick: bool = False, only: Collect
     import ray
 
     from strat.benchmarks.monitor import LoadMonitor
-    from strat.tiny_model import resolve_model_path
-    from strat.trainer import Trainer
+    from strat.trainer import Trainer, base_model_path
 
     wanted = set(only or FIGURES)
     unknown = wanted - set(FIGURES)
@@ -599,7 +598,7 @@ def run_bench(config_path: str | None = None, quick: bool = False, only: Collect
         log("models: building or loading the cached tiny model and its warm start")
         ctx = BenchContext(config=config, config_path=config_path, sizes=sizes or (QUICK if quick else FULL),
                            model_path=str(Trainer.initial_model_path(config)),
-                           base_model_path=str(resolve_model_path(config.model.path)), workdir=Path(tmp), log=log)
+                           base_model_path=str(base_model_path(config)), workdir=Path(tmp), log=log)
 
         def attempt(name: str, measure: Callable[[], Any]) -> Any:
             try:

@@ -69,6 +69,8 @@ def test_override_values_are_yaml_typed() -> None:
         (["resources.learner_ranks=0"], "resources.learner_ranks=0: Input should be greater than or equal to 1"),
         (["resources.gpus_learner=1", "resources.learner_ranks=2"],
          "resources.learner_ranks=2: only for a learner without GPUs (resources.gpus_learner=0, not 1)"),
+        (["model.tiny.num_heads=3", "model.tiny.num_kv_heads=2"], "num_heads (3) must be a multiple of num_kv_heads (2)"),
+        (["model.tiny.num_layers=0"], "model.tiny.num_layers=0: Input should be greater than or equal to 1"),
         (["algorithm"], "is not of the form key.sub=value"),
         (["algorithm.group_size.x=1"], "algorithm.group_size is a value, not a section"),
     ],

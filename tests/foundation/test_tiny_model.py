@@ -1,6 +1,7 @@
 """`strat init-model`: deterministic, loadable, sized as promised, cached by content."""
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,16 @@ def test_resolve_model_path_builds_tiny_models() -> None:
     path = tiny_model.resolve_model_path("tiny:kuhn_poker")
     assert (path / "model.safetensors").is_file()
     assert tiny_model.resolve_model_path(str(path)) == path
+
+
+def test_config_sizes_build_their_own_model_and_the_defaults_the_usual_one() -> None:
+    from strat.config import load_config
+    from strat.trainer import base_model_path
+
+    default = Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker_tiny.yaml"
+    assert base_model_path(load_config(default, [])) == tiny_model.resolve_model_path("tiny:kuhn_poker")
+    sized = base_model_path(load_config(default, ["model.tiny.hidden_size=64", "model.tiny.num_layers=1",
+                                                               "model.tiny.intermediate_size=96", "model.tiny.head_dim=32"]))
+    config = json.loads((sized / "config.json").read_text())
+    assert (config["hidden_size"], config["num_hidden_layers"], config["intermediate_size"], config["head_dim"]) == (
+        64, 1, 96, 32)
