@@ -151,6 +151,9 @@ class LearnerConfig(_Section):
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% more compute)."""
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    freeze: list[str] = Field(default_factory=list)
+    """Parameters that stay as loaded: each entry is a substring of parameter names (e.g. "lm_head",
+    "embed_tokens"); every entry must name at least one parameter."""
 
 
 class OpponentConfig(_Section):

@@ -85,10 +85,25 @@ class LearnerSettings:
     """Shard with FSDP2. None: when torch.distributed is initialised with world size > 1."""
     move_names: tuple[str, ...] = ()
     """The game's move names, for the move entropy bonus (`loss.move_entropy_coef`), which needs them."""
+    freeze: tuple[str, ...] = ()
+    """Parameters whose name contains one of these stay as loaded (no gradient, no optimizer state)."""
 
     def __post_init__(self) -> None:
         if self.loss.move_entropy_coef > 0 and not self.move_names:
             raise ValueError("loss.move_entropy_coef > 0 needs the game's move names (move_names)")
+
+
+def _freeze(model: torch.nn.Module, patterns: Sequence[str]) -> None:
+    """Turn off the gradient of every parameter whose name contains one of `patterns`; each pattern must match."""
+    names = [name for name, _ in model.named_parameters()]
+    for pattern in patterns:
+        if not any(pattern in name for name in names):
+            raise ValueError(f"learner.freeze: {pattern!r} names no parameter of the model (e.g. {names[0]!r})")
+    for name, param in model.named_parameters():
+        if any(pattern in name for pattern in patterns):
+            param.requires_grad_(False)
+    if not any(param.requires_grad for param in model.parameters()):
+        raise ValueError(f"learner.freeze {list(patterns)} leaves nothing to train")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -267,6 +282,8 @@ class PolicyLearner:
         self.lora_scaling: dict[str, float] = {}
         if settings.lora is not None:
             model = self._add_lora(model, settings.lora)
+        if settings.freeze:
+            _freeze(model, settings.freeze)
         model.to(self.device)
         if self.sharded:
             shard_model(model, self.device, self.compute_dtype if settings.dtype != "float32" else None)

@@ -102,6 +102,7 @@ def learner_settings(config: ExperimentConfig) -> LearnerSettings:
         lora=lora_settings(config),
         export_dtype=config.engine.dtype,
         move_names=tuple(games.make(config.game.name, **config.game.options).all_action_names()),
+        freeze=tuple(config.learner.freeze),
     )
 
 

@@ -50,6 +50,28 @@ def test_bf16_mixed_precision_with_gradient_checkpointing_updates_the_weights(ti
     assert set(exported) == set(_base_state(tiny_model_dir))
 
 
+def test_frozen_parameters_stay_as_loaded_and_the_rest_train(tiny_model_dir: Path) -> None:
+    learner = PolicyLearner(tiny_model_dir, LearnerSettings(lr=1e-2, freeze=("lm_head", "embed_tokens")))
+    frozen = {n for n, p in learner.model.named_parameters() if not p.requires_grad}
+    assert frozen == {"lm_head.weight", "model.embed_tokens.weight"}
+    assert sum(len(group["params"]) for group in learner.optimizer.param_groups) == len(
+        list(learner.model.parameters())) - 2
+    perturb(learner)
+    base = _base_state(tiny_model_dir)
+    exported = learner.state_dict()
+    moved = {k for k in exported if not torch.equal(exported[k], base[k])}
+    assert moved and not moved & frozen
+    assert {k for k in base if "layers." in k and k.endswith("proj.weight")} <= moved
+
+
+@pytest.mark.parametrize(("freeze", "expected"), [(("lm_hed",), "'lm_hed' names no parameter"),
+                                                   (("model.", "lm_head"), "leaves nothing to train")])
+def test_freeze_patterns_must_name_parameters_and_leave_some(tiny_model_dir: Path, freeze: tuple[str, ...],
+                                                              expected: str) -> None:
+    with pytest.raises(ValueError, match=expected):
+        PolicyLearner(tiny_model_dir, LearnerSettings(freeze=freeze))
+
+
 def test_lora_trains_only_the_adapter_and_exports_merged_weights(tiny_model_dir: Path) -> None:
     learner = PolicyLearner(tiny_model_dir, LearnerSettings(lr=2e-2, lora=LORA))
     trainable = {n for n, p in learner.model.named_parameters() if p.requires_grad}
