@@ -257,6 +257,10 @@ class AlgorithmConfig(_Section):
     """Truncation of the proximal/behaviour importance weight for stale samples."""
     lr: float = Field(1e-4, gt=0.0)
     epochs: int = Field(1, ge=1)
+    """Passes over each step's batch."""
+    minibatches: int = Field(1, ge=1)
+    """Optimizer steps per pass, each on its own part of the batch (PPO-style); a forward pass first gives
+    the proximal log-probs when there is more than one step per update."""
     micro_batch: int = Field(16, ge=1)
     grad_clip: float = Field(1.0, gt=0.0)
     format_penalty: float = -3.0

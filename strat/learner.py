@@ -65,6 +65,8 @@ class LearnerSettings:
 
     lr: float = 1e-4
     epochs: int = 1
+    minibatches: int = 1
+    """Optimizer steps per epoch, each on its own part of the batch (PPO-style minibatches)."""
     micro_batch: int = 16
     grad_clip: float = 1.0
     temperature: float = 1.0
@@ -91,6 +93,22 @@ class LearnerSettings:
     def __post_init__(self) -> None:
         if self.loss.move_entropy_coef > 0 and not self.move_names:
             raise ValueError("loss.move_entropy_coef > 0 needs the game's move names (move_names)")
+
+
+def _keep_rows(store: dict[int, torch.Tensor], rows: Sequence[int], values: torch.Tensor, mask: torch.Tensor) -> None:
+    """Keep each row's per-token values (its response tokens only) under the sample's position, first one wins."""
+    for row, position in enumerate(rows):
+        if position not in store:
+            store[position] = values[row][mask[row]]
+
+
+def _gather_rows(store: dict[int, torch.Tensor], rows: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+    """The kept per-token values of `rows`, right-padded with zeros into a tensor shaped like `like` ([B, R])."""
+    out = torch.zeros_like(like)
+    for row, position in enumerate(rows):
+        values = store[position]
+        out[row, : values.shape[0]] = values
+    return out
 
 
 def _freeze(model: torch.nn.Module, patterns: Sequence[str]) -> None:
@@ -383,6 +401,17 @@ class PolicyLearner:
             self._move_tokens = (spaced, plain)
         return self._move_tokens
 
+    def _minibatches(self, samples: Sequence[TrainSample], epoch: int) -> list[list[TrainSample]]:
+        """The batch in `minibatches` parts of near-equal size, one optimizer step each (the whole batch for one);
+        a seeded shuffle per update and epoch decides which samples go together. Fewer parts when there are
+        fewer samples."""
+        count = min(self.settings.minibatches, len(samples))
+        if count <= 1:
+            return [list(samples)]
+        order = list(range(len(samples)))
+        random.Random(hash((self.settings.seed, self.updates, epoch, 1)) & 0xFFFFFFFF).shuffle(order)
+        return [[samples[i] for i in order[part::count]] for part in range(count)]
+
     def _micro_batches(self, samples: Sequence[TrainSample], epoch: int) -> list[list[TrainSample]]:
         order = list(range(len(samples)))
         random.Random(hash((self.settings.seed, self.updates, epoch)) & 0xFFFFFFFF).shuffle(order)
@@ -414,47 +443,54 @@ class PolicyLearner:
         return None
 
     def update(self, samples: Sequence[TrainSample]) -> dict[str, float]:
-        """One policy update on `samples` (one optimizer step per epoch); returns diagnostics.
+        """One policy update on `samples`: `minibatches` optimizer steps per epoch, each on its own part of the
+        batch (one step per epoch on the whole batch by default); returns diagnostics.
 
-        Under FSDP2 every rank is given the same whole batch and trains on its own part of it
-        (`split_for_ranks`); the step and the diagnostics are those of the whole batch on one process.
-        A non-finite loss or gradient skips the step and is reported as `learn/skipped`."""
+        Under FSDP2 every rank is given the same whole batch and trains on its own part of each minibatch
+        (`split_for_ranks`); the steps and the diagnostics are those of the whole batch on one process.
+        A non-finite loss or gradient skips that step and is reported as `learn/skipped`."""
         settings = self.settings
         samples = [s for s in samples if s.response_token_ids]
         if not samples:
             return {"loss/policy": 0.0, "learn/samples": 0.0, "learn/skipped": 0.0}
         total_tokens = sum(len(s.response_token_ids) for s in samples)
         seq_mean = settings.loss.loss_agg == "seq_mean"
-        parts = split_for_ranks(samples, self.world_size)
         sums: dict[str, float] = {}
         gap_sum, gap_tokens, skipped = 0.0, 0, 0
         grad_norm: float | None = None
-        prepared = []
         move_bonus = settings.loss.move_entropy_coef > 0
+        position = {id(sample): index for index, sample in enumerate(samples)}
+        # One entry per optimizer step: the minibatch's sample and token counts and its micro-batches, each
+        # with the positions of its samples in the batch.
+        steps: list[tuple[int, int, list[tuple[list[int], TrainBatch, bool, Any]]]] = []
         for epoch in range(settings.epochs):
-            own = self._micro_batches(parts[self.rank], epoch)
-            # Under FSDP2 each forward and backward is a collective: every rank runs as many micro-batches
-            # as the busiest one, the extra ones (a repeat, or any sample when a rank has none) weighted 0.
-            rounds = max(len(self._micro_batches(part, epoch)) for part in parts)
-            for index in range(rounds):
-                counted = index < len(own)
-                chunk = own[index] if counted else (own[0] if own else samples[:1])
-                batch = TrainBatch.collate(chunk, self.pad_id).to(self.device)
-                key = tuple((s.episode_id, s.agent, s.turn_index) for s in chunk)
-                moves = self.move_choices(chunk, batch.response_ids.shape[1]) if move_bonus else None
-                prepared.append((epoch, key, batch, counted, moves))
-        # Proximal log-probs: the learner's weights at the start of this update. With one epoch the
-        # weights do not change before the single optimizer step, so the training forward gives them.
-        proximal: dict[tuple, torch.Tensor] = {}
-        if settings.epochs > 1:
-            for _, key, batch, _, _ in prepared:
-                if key not in proximal:
-                    proximal[key] = self._frozen_logprobs(self.model, batch)
-        for epoch in range(settings.epochs):
+            for minibatch in self._minibatches(samples, epoch):
+                parts = split_for_ranks(minibatch, self.world_size)
+                own = self._micro_batches(parts[self.rank], epoch)
+                # Under FSDP2 each forward and backward is a collective: every rank runs as many micro-batches
+                # as the busiest one, the extra ones (a repeat, or any sample when a rank has none) weighted 0.
+                rounds = max(len(self._micro_batches(part, epoch)) for part in parts)
+                prepared = []
+                for index in range(rounds):
+                    counted = index < len(own)
+                    chunk = own[index] if counted else (own[0] if own else minibatch[:1])
+                    batch = TrainBatch.collate(chunk, self.pad_id).to(self.device)
+                    rows = [position[id(s)] for s in chunk]
+                    moves = self.move_choices(chunk, batch.response_ids.shape[1]) if move_bonus else None
+                    prepared.append((rows, batch, counted, moves))
+                steps.append((len(minibatch), sum(len(s.response_token_ids) for s in minibatch), prepared))
+        # Proximal log-probs, per sample: the learner's weights at the start of this update. When the first step
+        # takes the whole batch (one minibatch), its training forward gives them for every later epoch too (the
+        # ranks then own the same samples in every epoch); with several minibatches, a forward pass first.
+        proximal: dict[int, torch.Tensor] = {}
+        if settings.minibatches > 1 and len(steps) > 1:
+            for _, _, prepared in steps:
+                for rows, batch, _, _ in prepared:
+                    # Every entry runs its forward, repeats too: under FSDP2 each is a collective on every rank.
+                    _keep_rows(proximal, rows, self._frozen_logprobs(self.model, batch), batch.response_mask)
+        for number, (step_samples, step_tokens, prepared) in enumerate(steps):
             self.optimizer.zero_grad(set_to_none=True)
-            for batch_epoch, key, batch, counted, moves in prepared:
-                if batch_epoch != epoch:
-                    continue
+            for rows, batch, counted, moves in prepared:
                 with self._autocast():
                     # The entropy costs another pass over the vocabulary: only when its bonus is on.
                     logprobs, entropy, move_entropy = sequence_forward(
@@ -464,17 +500,20 @@ class PolicyLearner:
                         entropy=settings.loss.entropy_coef > 0,
                         candidates=moves[1] if moves is not None else None,
                     )
-                if key not in proximal:
-                    proximal[key] = logprobs.detach()
-                if epoch == 0 and counted:
+                if all(row in proximal for row in rows):
+                    old = _gather_rows(proximal, rows, batch.behaviour_logprobs)
+                else:  # the first step, on the whole batch: the weights are still those of the update's start
+                    old = logprobs.detach()
+                    _keep_rows(proximal, rows, old, batch.response_mask)
+                if number < len(steps) // settings.epochs and counted:  # the first epoch's steps
                     mask = batch.response_mask
-                    gap_sum += float((proximal[key] - batch.behaviour_logprobs)[mask].abs().sum())
+                    gap_sum += float((old - batch.behaviour_logprobs)[mask].abs().sum())
                     gap_tokens += int(mask.sum())
                 ref = self._reference_logprobs(batch)
                 out = policy_loss(
                     settings.loss,
                     logprobs,
-                    proximal[key],
+                    old,
                     batch.advantages,
                     batch.response_mask,
                     behaviour_logprobs=batch.behaviour_logprobs if settings.stale else None,
@@ -483,10 +522,10 @@ class PolicyLearner:
                     move_entropy=move_entropy,
                     move_mask=moves[0] if moves is not None else None,
                 )
-                # Each micro-batch's mean is weighted by its share of the whole batch, so that the
-                # accumulated gradient is that of one mean over all tokens (or all sequences). FSDP2
-                # averages the ranks' gradients: scaled by the world size, the average is that sum.
-                share = len(key) / len(samples) if seq_mean else int(batch.response_mask.sum()) / total_tokens
+                # Each micro-batch's mean is weighted by its share of the minibatch, so that the accumulated
+                # gradient is that of one mean over all its tokens (or all its sequences). FSDP2 averages the
+                # ranks' gradients: scaled by the world size, the average is that sum.
+                share = len(rows) / step_samples if seq_mean else int(batch.response_mask.sum()) / step_tokens
                 share *= float(counted)
                 (out.loss * (share * self.world_size)).backward()
                 figures = [
@@ -501,7 +540,7 @@ class PolicyLearner:
                 if out.move_entropy is not None:
                     figures.append(("policy/move_entropy", out.move_entropy))
                 for name, value in figures:
-                    sums[name] = sums.get(name, 0.0) + float(value.detach()) * share / settings.epochs
+                    sums[name] = sums.get(name, 0.0) + float(value.detach()) * share / len(steps)
             norm = torch.nn.utils.clip_grad_norm_(self._trainable(), settings.grad_clip)
             if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
                 norm = norm.full_tensor()

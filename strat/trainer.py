@@ -76,6 +76,7 @@ def learner_settings(config: ExperimentConfig) -> LearnerSettings:
     return LearnerSettings(
         lr=algo.lr,
         epochs=algo.epochs,
+        minibatches=algo.minibatches,
         micro_batch=algo.micro_batch,
         grad_clip=algo.grad_clip,
         temperature=config.reasoning.temperature,

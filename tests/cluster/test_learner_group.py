@@ -61,13 +61,14 @@ def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float =
     return all(torch.allclose(a[k], b[k], atol=atol) for k in a)
 
 
-@pytest.mark.parametrize("lora", [None, LoraSettings(r=4, alpha=8)], ids=["full", "lora"])
+@pytest.mark.parametrize(("lora", "minibatches", "epochs"), [(None, 2, 1), (LoraSettings(r=4, alpha=8), 1, 2)],
+                         ids=["full-2-minibatches", "lora-2-epochs"])
 def test_two_ranks_step_export_and_checkpoint_as_one_learner(
-    local_ray, tiny_model_dir: Path, tmp_path: Path, lora: LoraSettings | None
+    local_ray, tiny_model_dir: Path, tmp_path: Path, lora: LoraSettings | None, minibatches: int, epochs: int
 ) -> None:
     from strat.actors.learner import LearnerGroup
 
-    settings = replace(SETTINGS, lora=lora)
+    settings = replace(SETTINGS, lora=lora, minibatches=minibatches, epochs=epochs)
     group = LearnerGroup.start(str(tiny_model_dir), settings, 2, lambda rank: {"num_cpus": 0.5})
     reference = PolicyLearner(tiny_model_dir, settings)
     try:

@@ -123,12 +123,15 @@ def test_prompt_and_padding_positions_get_no_gradient(engine, tiny_model_dir: Pa
     assert torch.all(grad[predicts_response] > 0)
 
 
-def test_update_moves_the_policy_toward_positive_advantage(engine, tiny_model_dir: Path) -> None:
+@pytest.mark.parametrize(("minibatches", "epochs"), [(1, 1), (2, 1), (1, 2)])
+def test_update_moves_the_policy_toward_positive_advantage(engine, tiny_model_dir: Path, minibatches: int,
+                                                           epochs: int) -> None:
     runner = _runner(engine, opponents=(OpponentChoice("self"),))
     episodes = runner.run(plan_groups(runner.settings, 0, 0, 0, 1), sampling_seed=4)
     samples, _ = compute_advantages(score_episodes(episodes, ComparisonWeights()), AdvantageConfig(mode="outcome"))
     good, bad = replace(samples[0], advantage=1.0), replace(samples[1], advantage=-1.0)
-    learner = PolicyLearner(tiny_model_dir, LearnerSettings(lr=1e-2, micro_batch=1))
+    settings = LearnerSettings(lr=1e-2, micro_batch=1, minibatches=minibatches, epochs=epochs)
+    learner = PolicyLearner(tiny_model_dir, settings)
     batch = TrainBatch.collate([good, bad], learner.pad_id)
     with torch.no_grad():
         before = sequence_logprobs(learner.model.eval(), batch, 1.0).sum(-1)
@@ -136,8 +139,22 @@ def test_update_moves_the_policy_toward_positive_advantage(engine, tiny_model_di
     with torch.no_grad():
         after = sequence_logprobs(learner.model.eval(), batch, 1.0).sum(-1)
     assert after[0] > before[0] and after[1] < before[1]
+    # With two steps the second one's proximal log-probs are those of the weights before the update.
     assert metrics["logprob/engine_learner_gap"] < 1e-4
     assert metrics["learn/skipped"] == 0
+    assert {int(state["step"]) for state in learner.optimizer.state.values()} == {minibatches * epochs}
+
+
+def test_minibatches_partition_the_batch_reproducibly(tiny_model_dir: Path) -> None:
+    samples = [TrainSample(f"g{i}", f"e{i}", "player_0", 0, (1, 2), (3, 4), (0.0, 0.0), 0.0) for i in range(7)]
+    learner = PolicyLearner(tiny_model_dir, LearnerSettings(minibatches=3, seed=5))
+    parts = learner._minibatches(samples, epoch=0)
+    assert sorted(len(part) for part in parts) == [2, 2, 3]
+    assert sorted(s.episode_id for part in parts for s in part) == sorted(s.episode_id for s in samples)
+    assert parts == PolicyLearner(tiny_model_dir, LearnerSettings(minibatches=3, seed=5))._minibatches(samples, 0)
+    assert parts != learner._minibatches(samples, epoch=1)  # reshuffled every pass
+    assert sorted(len(part) for part in learner._minibatches(samples[:2], epoch=0)) == [1, 1]  # no empty step
+    assert PolicyLearner(tiny_model_dir, LearnerSettings())._minibatches(samples, 0) == [samples]
 
 
 def test_entropy_bonus_alone_makes_the_policy_less_certain(engine, tiny_model_dir: Path) -> None:
