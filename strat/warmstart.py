@@ -7,6 +7,7 @@ only from what the acting agent can see (its own private information and the pub
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -439,6 +440,29 @@ def _train(
     model_dir: Path, out_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]
 ) -> dict[str, float]:
     """Fine-tune on `examples` and save to `out_dir`; the figures that warm_start returns."""
+    import torch
+
+    with _warm_start_threads(torch):
+        return _fit(model_dir, out_dir, game, settings, examples)
+
+
+@contextlib.contextmanager
+def _warm_start_threads(torch):  # noqa: ANN001, ANN202  (torch is imported lazily)
+    """Two torch intra-op threads when the process may use two cores or more, for the warm start only, then as
+    they were. It runs before the actors start, alone: on a 2-core box two threads fit the tiny model 1.33x faster
+    than the process-wide one (same losses); more threads were not measured."""
+    previous = torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(max(previous, min(cores, 2)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _fit(
+    model_dir: Path, out_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]
+) -> dict[str, float]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

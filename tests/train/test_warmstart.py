@@ -3,6 +3,7 @@ SFT whose loss covers only response tokens and that teaches the format (not the 
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,6 +227,22 @@ def test_warm_start_writes_a_loadable_model_atomically(tiny_model_dir: Path, tmp
     trained = AutoModelForCausalLM.from_pretrained(out).state_dict()
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
     assert any(not torch.equal(trained[name], base[name]) for name in base)
+
+
+def test_warm_start_threads_are_given_back(tiny_model_dir: Path, tmp_path: Path) -> None:
+    before = torch.get_num_threads()
+    seen = []
+    original = warmstart._fit
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(warmstart, "_fit", spy)
+        warm_start(tiny_model_dir, tmp_path / "warm", GAME, WarmStartSettings(episodes=2, epochs=1))
+    assert seen == [max(before, min(len(os.sched_getaffinity(0)), 2))]
+    assert torch.get_num_threads() == before
 
 
 # --- the warm start works, and is cached -----------------------------------------------------------------------------
