@@ -9,6 +9,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from strat.tiny_model import TinyModelSettings
+
 
 class ConfigError(ValueError):
     """A configuration the user must fix; its message is one line naming the key."""
@@ -27,19 +29,22 @@ class RunConfig(_Section):
     """Parent folder of run directories."""
 
 
+_TINY = TinyModelSettings()  # the defaults of `model.tiny`: one place for the sizes
+
+
 class TinyConfig(_Section):
     """Sizes of a `tiny:<game>` model (Qwen2 architecture, random weights, a BPE tokenizer on the game's text).
 
     The defaults are the 2-layer, 128-wide model the local default config and the tests use; each size
     builds (and caches) its own model, and a warm start of it."""
 
-    hidden_size: int = Field(128, ge=8)
-    intermediate_size: int = Field(352, ge=8)
-    num_layers: int = Field(2, ge=1)
-    num_heads: int = Field(2, ge=1)
-    num_kv_heads: int = Field(1, ge=1)
-    head_dim: int = Field(64, ge=4)
-    vocab_size: int = Field(2048, ge=512)
+    hidden_size: int = Field(_TINY.hidden_size, ge=8)
+    intermediate_size: int = Field(_TINY.intermediate_size, ge=8)
+    num_layers: int = Field(_TINY.num_layers, ge=1)
+    num_heads: int = Field(_TINY.num_heads, ge=1)
+    num_kv_heads: int = Field(_TINY.num_kv_heads, ge=1)
+    head_dim: int = Field(_TINY.head_dim, ge=4)
+    vocab_size: int = Field(_TINY.vocab_size, ge=512)
     """BPE vocabulary size, special tokens included."""
 
     @model_validator(mode="after")
@@ -259,8 +264,8 @@ class AlgorithmConfig(_Section):
     epochs: int = Field(1, ge=1)
     """Passes over each step's batch."""
     minibatches: int = Field(1, ge=1)
-    """Optimizer steps per pass, each on its own part of the batch (PPO-style); a forward pass first gives
-    the proximal log-probs when there is more than one step per update."""
+    """Optimizer steps per pass, each on its own part of the batch (PPO-style); with more than one, a forward
+    pass first gives the proximal log-probs (extra epochs on one minibatch reuse the first pass's)."""
     micro_batch: int = Field(16, ge=1)
     grad_clip: float = Field(1.0, gt=0.0)
     format_penalty: float = -3.0
