@@ -527,7 +527,8 @@ def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no .safetensors files in {model_dir}")
-    for path in [*files, model_dir / "tokenizer.json"]:
+    # config.json too: two architectures can share every tensor's shape and bytes (e.g. 2 heads of 64 or 4 of 32).
+    for path in [*files, model_dir / "tokenizer.json", model_dir / "config.json"]:
         if path.is_file():
             digest.update(path.name.encode())
             digest.update(path.read_bytes())

@@ -3,8 +3,10 @@ SFT whose loss covers only response tokens and that teaches the format (not the 
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -284,6 +286,21 @@ def test_ensure_warm_keys_by_weights_settings_and_transcripts(tiny_model_dir: Pa
     assert key != warmstart._cache_key(other_model_dir, GAME, settings, examples)
     assert key != warmstart._cache_key(tiny_model_dir, GAME, WarmStartSettings(episodes=3, depth=1, lr=1e-3), examples)
     assert key != warmstart._cache_key(tiny_model_dir, GAME, settings, examples[:-1])
+
+
+def test_ensure_warm_keys_by_architecture_when_the_weights_are_identical(tiny_model_dir: Path, tmp_path: Path) -> None:
+    # 2 heads of 64 and 4 heads of 32 have the same tensors: only config.json tells the two models apart.
+    settings = WarmStartSettings(episodes=3, depth=1)
+    examples = transcripts(GAME, 1, 3, seed=0)
+    other = tmp_path / "four_heads"
+    shutil.copytree(tiny_model_dir, other)
+    config = json.loads((other / "config.json").read_text())
+    config["num_attention_heads"] *= 2
+    config["head_dim"] = config["hidden_size"] // config["num_attention_heads"]
+    (other / "config.json").write_text(json.dumps(config))
+    assert warmstart._cache_key(tiny_model_dir, GAME, settings, examples) != warmstart._cache_key(
+        other, GAME, settings, examples
+    )
 
 
 def test_ensure_warm_uses_the_copy_of_a_process_that_finished_first(
