@@ -59,3 +59,17 @@ def test_targets(probe) -> None:
     assert not any(probe.target_bets(card, "pass") for card in range(3))
     assert probe.log_odds(4, 8) == 0.0
     assert probe.log_odds(0, 8) < 0 < probe.log_odds(8, 8)
+
+
+def test_movement_and_its_sampling_interval_by_hand(probe) -> None:
+    """Jack 6/8 -> 2/8 bets, Queen 2/8 -> 2/8, King 2/8 -> 6/8: log-odds ln(6.5/2.5) = 0.9555 and its negative,
+    each with variance 1/6.5 + 1/2.5 = 0.5538."""
+    moved = probe.movement([(6, 8), (2, 8), (2, 8)], [(2, 8), (2, 8), (6, 8)])
+    assert moved.per_card == pytest.approx((-1.9110, 0.0, 1.9110), abs=1e-4)
+    assert moved.shared == pytest.approx(0.0, abs=1e-12)
+    assert moved.specific == pytest.approx(1.9110 + 1.9110 / 2, abs=1e-4)
+    assert moved.per_card_ci == pytest.approx((2.0629,) * 3, abs=1e-3)  # 1.96 * sqrt(2 * 0.5538)
+    assert moved.shared_ci == pytest.approx(1.1910, abs=1e-3)  # 1.96 * sqrt(6 * 0.5538) / 3
+    assert moved.specific_ci == pytest.approx(2.5264, abs=1e-3)  # 1.96 * sqrt(2 * 0.5538 + 4 * 0.5538 / 4)
+    # Ten times the samples at the same rates: an interval about sqrt(10) times narrower.
+    assert probe.movement([(60, 80)] * 3, [(20, 80)] * 3).specific_ci < moved.specific_ci / 2.5
