@@ -18,7 +18,9 @@ in the card-specific direction the target asks for (King against the mean of Jac
 advantages a learner that can learn the game moves the card-specific log-odds; one that moves mostly the shared
 one cannot get below 0.333 whatever the signal. Each figure comes with its 95% half-width from sampling alone
 (8 samples x 4 information sets per card and step give about ± 1.4 on the card-specific figure at the defaults):
-two variants whose figures lie within it of each other are not told apart by one run; raise `--samples` to narrow it.
+two variants whose figures lie within it of each other are not told apart by one run. `--samples` narrows it, but it
+is also the batch each update learns from (at `--samples 32` the default moved the card-specific figure by
++1.72 ± 0.66, at 8 by -0.59 ± 1.43): compare variants at the same value.
 """
 
 from __future__ import annotations
