@@ -158,12 +158,28 @@ def _lean(action: int, legal: list[int], weight: float = 0.5) -> dict[int, float
     return probs
 
 
+def kuhn_poker_timid(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
+    """A timid player who reads its card the right way round but hardly ever puts chips in: with the highest card
+    it bets, or calls a bet, half the time; with any other card nine times in ten it checks, or folds."""
+    legal = env.legal_actions(agent)
+    if env.card(agent) == env.spec.num_players:
+        return _uniform(legal)
+    return _lean(PASS, legal, 0.8)
+
+
 CONTRARIAN: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
     "kuhn_poker": kuhn_poker_contrarian,
     "leduc_poker": leduc_poker_contrarian,
 }
 """Deliberately weak players that read their cards the wrong way round: a warm start that imitates them learns
 to act on its private information (the pathway RL needs) without any of the strategy."""
+
+TIMID: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
+    "kuhn_poker": kuhn_poker_timid,
+}
+"""Weak players that rank their cards correctly but bet and call far too rarely (never bluff, fold the middle
+card to every bet, slow-play the best one): a warm start that imitates them acts on its card the right way round
+and leaves RL the strategy (how often to bet, bluff and call)."""
 
 
 def _pick(action: int) -> dict[int, float]:

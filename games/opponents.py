@@ -65,6 +65,7 @@ def _availability() -> dict[str, frozenset[str]]:
         "random": every,
         "heuristic": frozenset(heuristics.POLICIES),
         "contrarian": frozenset(heuristics.CONTRARIAN),
+        "timid": frozenset(heuristics.TIMID),
         "equilibrium": frozenset(equilibrium.GAMES),
         "minimax": frozenset(minimax.GAMES),
     }
@@ -95,6 +96,8 @@ def make_opponent(
         return PolicyOpponent(name, heuristics.POLICIES[game], seed)
     if name == "contrarian":
         return PolicyOpponent(name, heuristics.CONTRARIAN[game], seed)
+    if name == "timid":
+        return PolicyOpponent(name, heuristics.TIMID[game], seed)
     if name == "equilibrium":
         return PolicyOpponent(name, equilibrium.policy(game, **options), seed)
     return PolicyOpponent(name, minimax.policy(game), seed)

@@ -44,7 +44,7 @@ Messages = list[dict[str, str]]
 Example = tuple[Messages, str]
 """(prompt messages, templated response) for one decision."""
 
-WEAK_PLAYERS = ("random", "heuristic", "contrarian")
+WEAK_PLAYERS = ("random", "heuristic", "contrarian", "timid")
 """Scripted players whose play may be imitated; equilibrium and minimax would teach strategy, not format."""
 IGNORE_INDEX = -100
 """Label of positions that get no loss (prompt and padding), as torch's cross-entropy expects."""
