@@ -159,12 +159,13 @@ def _lean(action: int, legal: list[int], weight: float = 0.5) -> dict[int, float
 
 
 def kuhn_poker_timid(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
-    """A timid player who reads its card the right way round but hardly ever puts chips in: with the highest card
-    it bets, or calls a bet, half the time; with any other card nine times in ten it checks, or folds."""
-    legal = env.legal_actions(agent)
-    if env.card(agent) == env.spec.num_players:
+    """A timid player who reads its card the right way round but rarely puts chips in: it bets, or calls a bet,
+    half the time with the highest card, one time in four with a middle card and one time in ten with the lowest;
+    otherwise it checks, or folds."""
+    legal, card = env.legal_actions(agent), env.card(agent)
+    if card == env.spec.num_players:
         return _uniform(legal)
-    return _lean(PASS, legal, 0.8)
+    return _lean(PASS, legal, 0.8 if card == 0 else 0.5)
 
 
 CONTRARIAN: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
@@ -177,8 +178,8 @@ to act on its private information (the pathway RL needs) without any of the stra
 TIMID: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
     "kuhn_poker": kuhn_poker_timid,
 }
-"""Weak players that rank their cards correctly but bet and call far too rarely (never bluff, fold the middle
-card to every bet, slow-play the best one): a warm start that imitates them acts on its card the right way round
+"""Weak players that rank their cards correctly but bet and call far too rarely (hardly ever bluff, fold the middle
+card to most bets, slow-play the best one): a warm start that imitates them acts on its card the right way round
 and leaves RL the strategy (how often to bet, bluff and call)."""
 
 

@@ -89,9 +89,9 @@ class WarmStartConfig(_Section):
     """The scripted player whose moves the transcripts show; never the equilibrium. `contrarian` (Kuhn and Leduc
     poker) leans to the wrong move for its cards (that move half the time, else uniform): worse than random, but its moves depend on
     the private card, so the warm-started model already attends to it and RL only has to turn the mapping around.
-    `timid` (Kuhn poker) ranks its cards the right way round but hardly ever bets or calls (the King half the time,
-    the other cards one time in ten): as exploitable as random play, and RL has to learn how often to bet, bluff
-    and call, not which card is which."""
+    `timid` (Kuhn poker) ranks its cards the right way round but rarely bets or calls (the King half the time, the
+    Queen one time in four, the Jack one time in ten): more exploitable than always betting, and RL has to learn
+    how often to bet, bluff and call rather than which card is which."""
     max_seconds: float = Field(1800.0, gt=0.0)
     """A guard for slow machines: training stops after this long (then not reproducible)."""
     seed: int = Field(0, ge=0)
