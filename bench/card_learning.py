@@ -3,8 +3,8 @@
     python bench/card_learning.py [--config configs/kuhn_poker_tiny.yaml] [--steps 12] [--samples 8]
                                   [--target card|bet|pass] [key=value ...]
 
-RL on the tiny model drifts to betting with every card (final exploitability ~0.33, the floor of any policy whose
-bet rate does not depend on the card). This separates the learner from the learning signal: it starts from the
+RL on the tiny model from the `contrarian` warm start drifts to betting with every card (final exploitability ~0.33,
+the floor of any policy whose bet rate does not depend on the card). This separates the learner from the learning signal: it starts from the
 config's initial policy (the cached warm start), samples `--samples` responses at each of Kuhn poker's 12
 information sets (hf engine, the config's reasoning depth, temperature and token budget), and gives each response an
 oracle return instead of playing it out: +1 when its move is the target's, -1 when not, the format penalty when it
@@ -20,7 +20,8 @@ one cannot get below 0.333 whatever the signal. Each figure comes with its 95% h
 (8 samples x 4 information sets per card and step give about ± 1.4 on the card-specific figure at the defaults):
 two variants whose figures lie within it of each other are not told apart by one run. `--samples` narrows it, but it
 is also the batch each update learns from (at `--samples 32` the default moved the card-specific figure by
-+1.72 ± 0.66, at 8 by -0.59 ± 1.43): compare variants at the same value.
++1.72 ± 0.66, at 8 by -0.59 ± 1.43, from the `contrarian` warm start with one step per update, the defaults then):
+compare variants at the same value.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def test_override_values_are_yaml_typed() -> None:
         (["algorithm.format_penalty=-2.0"], "algorithm.format_penalty=-2.0:"),
         (["game.opponents=[{kind: scripted, name: minimax}]"], "game.opponents.0.name='minimax': not available for kuhn_poker"),
         (["game.name=tic_tac_toe", "game.opponents=[{kind: self}]"],
-         "warm_start.player='contrarian': not available for tic_tac_toe (allowed: random, heuristic)"),
+         "warm_start.player='timid': not available for tic_tac_toe (allowed: random, heuristic)"),
         (["game.name=leduc_poker", "warm_start.player=timid"],
          "warm_start.player='timid': not available for leduc_poker (allowed: random, heuristic, contrarian)"),
         (["algorithm.kl_coef=0.1"], "kl_coef > 0 needs kl_type"),
