@@ -5,12 +5,13 @@
 
 RL on the tiny model from the `contrarian` warm start drifts to betting with every card (final exploitability ~0.33,
 the floor of any policy whose bet rate does not depend on the card). This separates the learner from the learning
-signal: it starts from the config's initial policy (the cached warm start), samples `--samples` responses at each
-of Kuhn poker's 12 information sets (hf engine, the config's reasoning depth, temperature and token budget), and gives
+signal: it starts from the config's initial policy (the cached warm start), samples `--samples` responses at each of
+Kuhn poker's 12 information sets (hf engine, the config's reasoning depth, temperature and token budget), and gives
 each response an oracle return instead of playing it out: +1 when its move is the target's, -1 when not, the format
-penalty when it is invalid. `card` (the default) is a card-only target: bet or call with the King, check or fold with the Jack and
-the Queen. Advantages are group-relative per information set (the loop's same-deal groups), and each step is one
-`PolicyLearner.update` with the config's loss, learning rate and optimizer, the weights then loaded into the engine.
+penalty when it is invalid. `card` (the default) is a card-only target: bet or call with the King, check or fold
+with the Jack and the Queen. Advantages are group-relative per information set (the loop's same-deal groups), and
+each step is one `PolicyLearner.update` with the config's loss, learning rate and optimizer, the weights then loaded
+into the engine.
 
 Per step it prints the validity, the fraction of target moves and each card's bet rate; at the end, how far the
 bet log-odds moved from step 0 (the baseline, measured in the same run) in the direction shared by every card and
