@@ -14,8 +14,8 @@ from pathlib import Path
 
 import strat  # noqa: F401  (thread and offline defaults first)
 from strat.config import load_config
-from strat.evaluate import mean_interval
-from strat.trainer import Trainer
+from strat.eval.stats import mean_interval
+from strat.train.trainer import Trainer
 
 MODES = ("outcome", "process", "hybrid")
 

@@ -35,17 +35,19 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import strat  # noqa: F401  (thread and offline defaults first)
 import torch
+
+import strat  # noqa: F401  (thread and offline defaults first)
 from games.kuhn_poker import BET
-from strat.advantage import AdvantageConfig, normalise
+from strat.algorithm.advantage import AdvantageConfig, normalise
+from strat.algorithm.reasoning import build_messages, decide, parse_response
+from strat.algorithm.records import TrainSample
 from strat.config import load_config
 from strat.engines import Generation, SamplingParams, build_engine
-from strat.evaluate import _decision_states, _env_at
-from strat.learner import PolicyLearner
-from strat.reasoning import build_messages, decide, parse_response
-from strat.records import TrainSample
-from strat.trainer import Trainer, learner_settings
+from strat.eval.exploitability import decision_states, env_at
+from strat.train.learner import PolicyLearner
+from strat.train.settings import learner_settings
+from strat.train.trainer import Trainer
 
 if TYPE_CHECKING:
     from games import TextGameEnv
@@ -124,7 +126,7 @@ def oracle_samples(
 ) -> tuple[list[TrainSample], OracleStats]:
     """Learner samples for `per_infoset` consecutive generations at each env's decision: return +1 for the target's
     move, -1 for the other, `penalty` for an invalid response; advantages (R - mean) / std within each information
-    set (0 when all are equal; `strat.advantage.normalise`, as the loop's same-deal groups)."""
+    set (0 when all are equal; `strat.algorithm.advantage.normalise`, as the loop's same-deal groups)."""
     stats, samples = OracleStats(), []
     for index, env in enumerate(envs):
         agent = env.agent_selection
@@ -167,8 +169,8 @@ def main() -> None:
     engine = build_engine("hf", model, dtype="float32", max_model_len=config.engine.max_model_len)
     learner = PolicyLearner(model, learner_settings(config))
     depth = config.reasoning.depth
-    states = _decision_states(GAME, ())
-    envs = [_env_at(GAME, {}, state)[0] for _, _, state in states]
+    states = decision_states(GAME, ())
+    envs = [env_at(GAME, {}, state)[0] for _, _, state in states]
     prompts = [engine.encode_chat(build_messages(env, env.agent_selection, depth)) for env in envs]
     params = SamplingParams(max_tokens=config.reasoning.max_new_tokens, temperature=config.reasoning.temperature,
                             top_p=config.reasoning.top_p)

@@ -10,7 +10,7 @@ speed relative to the shared one. The loop is the service's: groups of `--group-
 and opponent kind (self-play with both seats learning, the snapshot taken every 5 steps, the uniform random player;
 weights `--mix`), group-relative advantages per seat ((R - mean) / std, 0 for a flat group), REINFORCE on each of the
 seat's moves, an optional bonus on the entropy of each move (`--move-entropy`, the analogue of
-`algorithm.move_entropy_coef`), Adam. It prints the exact exploitability (`strat.evaluate`) every 5 steps for each seed, and the mean.
+`algorithm.move_entropy_coef`), Adam. It prints the exact exploitability (`strat.eval.exploitability`) every 5 steps for each seed, and the mean.
 
 It leaves out the text: reasoning tokens, the process term, PPO clipping, format failures. It reproduced what the
 LLM runs showed (the drift to betting with every card, exploitability ~0.33 at step 30 from the contrarian warm start)
@@ -20,10 +20,11 @@ and predicts more than the LLM delivers for the fixes it favours: treat its answ
 from __future__ import annotations
 
 import argparse
+
 import numpy as np
 
 import strat  # noqa: F401  (thread and offline defaults first)
-from strat.evaluate import exploitability_of_table
+from strat.eval.exploitability import exploitability_of_table
 
 HISTORIES = ("", "p", "b", "pb")
 """The decision points of 2-player Kuhn: first to act, after a check, facing a bet, facing a bet after checking."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from games.base import GameSpec, TextGameEnv
 from games.bargaining import BargainingEnv
+from games.base import GameSpec, TextGameEnv
 from games.connect_four import ConnectFourEnv
 from games.kuhn_poker import KuhnPokerEnv
 from games.leduc_poker import LeducPokerEnv

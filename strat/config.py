@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from strat.tiny_model import TinyModelSettings
-
-
-class ConfigError(ValueError):
-    """A configuration the user must fix; its message is one line naming the key."""
+import games
+from games.opponents import opponent_names
+from strat.algorithm.reasoning import validate_format_penalty
+from strat.errors import ConfigError
+from strat.model.tiny import TinyModelSettings
 
 
 class _Section(BaseModel):
@@ -78,6 +78,11 @@ class ModelConfig(_Section):
         return self.path.split(":", 1)[1] if self.path.startswith("tiny:") else None
 
 
+WarmStartPlayer = Literal["random", "heuristic", "contrarian", "timid"]
+WEAK_PLAYERS: tuple[str, ...] = get_args(WarmStartPlayer)
+"""Scripted players whose play a warm start may imitate; equilibrium and minimax would teach strategy, not format."""
+
+
 class WarmStartConfig(_Section):
     enabled: bool = False
     """Before RL, fine-tune on templated-reasoning transcripts of weak scripted play (format, not strategy)."""
@@ -85,7 +90,7 @@ class WarmStartConfig(_Section):
     epochs: int = Field(3, ge=1)
     lr: float = Field(1e-2, gt=0.0)
     batch_size: int = Field(4, ge=1)
-    player: Literal["random", "heuristic", "contrarian", "timid"] = "random"
+    player: WarmStartPlayer = "random"
     """The scripted player whose moves the transcripts show; never the equilibrium. `contrarian` (Kuhn and Leduc
     poker) leans to the wrong move for its cards (that move half the time, else uniform): worse than random, but its moves depend on
     the private card, so the warm-started model already attends to it and RL only has to turn the mapping around.
@@ -374,6 +379,49 @@ class ExperimentConfig(_Section):
         return Path(self.run.output_dir) / self.run.name
 
 
+SyncMode = Literal["object_store", "directory", "collective"]
+"""A weight-sync path with `auto` resolved (`strat.sync.weights` carries it out)."""
+
+
+def engine_is_multiprocess(config: ExperimentConfig) -> bool:
+    """Whether the agents' engines run multi-process: vllm with multiprocess=true, tensor
+    parallelism, or on GPUs (CUDA vLLM always runs its engine core in other processes)."""
+    engine = config.engine
+    if engine.backend != "vllm":
+        return False
+    return engine.multiprocess or engine.tensor_parallel_size > 1 or config.resources.gpus_per_agent > 0
+
+
+def resolve_weight_sync(config: ExperimentConfig) -> SyncMode:
+    """`engine.weight_sync` with `auto` resolved: directory for multi-process engines, else object_store
+    (`collective` is only ever chosen explicitly)."""
+    mode = config.engine.weight_sync
+    if mode != "auto":
+        return mode
+    return "directory" if engine_is_multiprocess(config) else "object_store"
+
+
+def resolve_collective_backend(config: ExperimentConfig) -> Literal["nccl", "gloo"]:
+    """`engine.collective_backend` with `auto` resolved: nccl when the learner and the agents' vLLM workers run on
+    whole GPUs (NCCL needs a GPU in every member, and no two members on one), else gloo."""
+    backend = config.engine.collective_backend
+    if backend != "auto":
+        return backend
+    res = config.resources
+    whole = res.gpus_learner >= 1 and res.gpus_per_agent >= 1
+    return "nccl" if whole and learner_on_gpu(config) and agents_on_gpu(config) else "gloo"
+
+
+def learner_on_gpu(config: ExperimentConfig) -> bool:
+    """Whether the learner's ranks get GPUs and use them (learner.device auto or cuda)."""
+    return config.resources.gpus_learner > 0 and config.learner.device != "cpu"
+
+
+def agents_on_gpu(config: ExperimentConfig) -> bool:
+    """Whether the agents' engines run on GPUs (vLLM with resources.gpus_per_agent; hf engines run on the CPU)."""
+    return config.engine.backend == "vllm" and config.resources.gpus_per_agent > 0
+
+
 def _check_model_dir(value: str, accepted: str) -> None:
     folder = Path(value).expanduser()
     if not folder.is_dir():
@@ -408,8 +456,6 @@ def _check_comparison(comparison: ComparisonConfig) -> None:
 
 
 def _check_game_name(name: str) -> None:
-    import games
-
     if name not in games.names():
         raise ValueError(f"unknown game {name!r} (allowed: {', '.join(games.names())})")
 
@@ -423,12 +469,6 @@ _NOT_BUILT: list[tuple[str, Any, str]] = [
 
 def _cross_check(config: ExperimentConfig) -> None:
     """Checks that span sections; each error names its key."""
-    import games
-    from games.opponents import opponent_names
-    from strat.reasoning import validate_format_penalty
-    from strat.warmstart import WEAK_PLAYERS
-    from strat.weight_sync import agents_on_gpu, engine_is_multiprocess, learner_on_gpu
-
     if not config.game.opponents:
         raise ConfigError("game.opponents: at least one opponent is needed")
     allowed = opponent_names(config.game.name)

@@ -1,11 +1,11 @@
 """Shared fixtures: a tiny model built once per test session, in a temporary cache."""
 
-import strat  # noqa: F401  (sets thread and offline defaults before torch is imported)
-
 import os
 from pathlib import Path
 
 import pytest
+
+import strat  # noqa: F401  (sets thread and offline defaults before torch is imported)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -19,7 +19,7 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny Kuhn poker model with seed 0."""
-    from strat import tiny_model
+    from strat.model import tiny as tiny_model
 
     return tiny_model.build("kuhn_poker", tmp_path_factory.mktemp("models") / "tiny_a", seed=0)
 
@@ -27,7 +27,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def other_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same architecture and tokenizer with other random weights (seed 1)."""
-    from strat import tiny_model
+    from strat.model import tiny as tiny_model
 
     return tiny_model.build("kuhn_poker", tmp_path_factory.mktemp("models") / "tiny_b", seed=1)
 
@@ -37,6 +37,6 @@ def warm_model_dir(tiny_model_dir: Path) -> Path:
     """The tiny Kuhn poker model warm-started on 400 games of random play for 2 epochs (follows the format, plays
     randomly); the same settings as tests/train/test_warmstart.py's and the loop tests' (tests/train/
     test_ray_training.py), so one build serves them all."""
-    from strat.warmstart import WarmStartSettings, ensure_warm
+    from strat.model.warmstart import WarmStartSettings, ensure_warm
 
     return ensure_warm(tiny_model_dir, "kuhn_poker", WarmStartSettings(depth=2, epochs=2, episodes=400))

@@ -4,6 +4,6 @@
 and the JSON. The plain single-process loops it divides by live in baselines.py."""
 
 from strat.benchmarks.figures import FIGURES, FULL, QUICK, BenchSizes, run_bench
-from strat.benchmarks.report import BenchReport, Figure, Target, padding_fraction
+from strat.benchmarks.results import BenchReport, Figure, Target, padding_fraction
 
 __all__ = ["FIGURES", "FULL", "QUICK", "BenchReport", "BenchSizes", "Figure", "Target", "padding_fraction", "run_bench"]

@@ -39,7 +39,7 @@ class Replay:
 
 @ray.remote
 class RecordingAgent:
-    """Serves `generate` like `strat.actors.agent.AgentActor`, logging each call."""
+    """Serves `generate` like `strat.train.agent_actor.AgentActor`, logging each call."""
 
     def __init__(self, backend: str, model_path: str, engine_kwargs: dict[str, Any]) -> None:
         self.engine: Engine = build_engine(backend, model_path, **engine_kwargs)

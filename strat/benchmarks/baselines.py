@@ -13,10 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from strat.benchmarks.report import GRPOBaseline, chunks
+import games
+from strat.algorithm.advantage import normalise
+from strat.algorithm.losses import policy_loss
+from strat.algorithm.reasoning import build_messages, decide, parse_response
+from strat.algorithm.records import TrainBatch, TrainSample
+from strat.benchmarks.results import GRPOBaseline, chunks
 from strat.engines.base import Generation, SamplingParams, stop_token_ids
-from strat.records import TrainBatch, TrainSample
+from strat.train.learner import sequence_logprobs
+from strat.train.rollout import derive_seed
 
 
 @contextlib.contextmanager
@@ -31,8 +38,6 @@ def torch_threads(n: int) -> Iterator[None]:
 
 
 def load_model(model_path: str | Path, train: bool):
-    from transformers import AutoModelForCausalLM
-
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, use_safetensors=True)
     return model.train() if train else model.eval()
 
@@ -104,8 +109,6 @@ def reference_generate_tok_s(model_path: str | Path, prompts: int = 64, tokens: 
     """transformers generate, one thread, `prompts` short prompts x up to `tokens` sampled tokens
     (a random model seldom stops early), best of `repeats`: the figure PLATFORM.md quotes
     (~9,000 tok/s for the tiny model)."""
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = load_model(model_path, train=False)
     encode = chat_encoder(tokenizer)
@@ -150,15 +153,6 @@ def plain_grpo(model_path: str | Path, settings: GRPOSettings, loss_config, step
     Each step deals `groups` games, asks the model for the first decision of each `group_size`
     times (transformers generate), rewards a well-formed legal answer, normalises rewards within
     each group, and takes one AdamW step on the same clipped policy loss Strat uses."""
-    import games
-    from transformers import AutoTokenizer
-
-    from strat.advantage import normalise
-    from strat.learner import sequence_logprobs
-    from strat.losses import policy_loss
-    from strat.reasoning import build_messages, decide, parse_response
-    from strat.rollout import derive_seed
-
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_token_ids(tokenizer)[0]
     encode = chat_encoder(tokenizer)

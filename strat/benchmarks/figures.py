@@ -21,7 +21,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strat.benchmarks.report import (
+import psutil
+import ray
+import torch
+from safetensors import safe_open
+from transformers import AutoTokenizer
+
+from strat.algorithm.advantage import RoleBaseline, compute_advantages
+from strat.algorithm.comparison import ComparisonWeights, agreement_scorer, score_episodes
+from strat.algorithm.records import TrainBatch
+from strat.benchmarks.agent import RecordingAgent
+from strat.benchmarks.baselines import (
+    GRPOSettings,
+    ReplayPolicy,
+    chat_encoder,
+    load_model,
+    plain_grpo,
+    plain_update,
+    reference_generate_tok_s,
+)
+from strat.benchmarks.monitor import LoadMonitor, MemorySampler
+from strat.benchmarks.results import (
     BenchReport,
     EndToEnd,
     GRPOBaseline,
@@ -40,7 +60,15 @@ from strat.benchmarks.report import (
     step_record,
 )
 from strat.config import ExperimentConfig, load_config
-from strat.tiny_model import TinyModelSettings
+from strat.engines import SamplingParams
+from strat.model import tiny as tiny_model
+from strat.model.tiny import TinyModelSettings
+from strat.train.learner import PolicyLearner
+from strat.train.rollout import OpponentChoice, RolloutRunner, derive_seed, plan_groups
+from strat.train.rollout_actor import RolloutWorker
+from strat.train.settings import advantage_config, base_model_path, learner_settings, rollout_settings
+from strat.train.settings import engine_kwargs as trainer_engine_kwargs
+from strat.train.trainer import Trainer
 
 FIGURES = ("rollout", "learner", "sync", "overlap", "scaling", "memory", "e2e")
 DEFAULT_CONFIG = "configs/kuhn_poker_tiny.yaml"
@@ -103,16 +131,12 @@ class BenchContext:
 
 def engine_kwargs(config: ExperimentConfig, **changes: Any) -> dict[str, Any]:
     """The engine arguments the trainer gives its agent actors, with `changes` applied."""
-    from strat.trainer import engine_kwargs as trainer_engine_kwargs
-
     out = trainer_engine_kwargs(config)
     out.update(changes)
     return out
 
 
 def machine_info() -> dict[str, Any]:
-    import psutil
-
     info: dict[str, Any] = {
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
@@ -143,9 +167,6 @@ def machine_info() -> dict[str, Any]:
 def training_run(ctx: BenchContext, label: str, overrides: Sequence[str], sample_memory: bool = False,
                  steps: int | None = None) -> tuple[StepTimes, Memory | None]:
     """A short `Trainer` run of the config (eval and checkpoints off) and its per-step timings."""
-    from strat.benchmarks.monitor import LoadMonitor, MemorySampler
-    from strat.trainer import Trainer
-
     changes = [f"schedule.steps={steps or ctx.sizes.train_steps}", "schedule.eval_every=0", "schedule.checkpoint_every=0",
                f"run.output_dir={ctx.workdir / 'runs'}", f"run.name={label}", *overrides]
     if ctx.sizes.groups_per_step is not None:
@@ -233,14 +254,10 @@ class _RolloutSetup:
 
 
 def _new_agent(backend: str, model_path: str, kwargs: dict[str, Any]) -> Any:
-    from strat.benchmarks.agent import RecordingAgent
-
     return RecordingAgent.options(num_cpus=ACTOR_CPUS).remote(backend, model_path, kwargs)
 
 
 def _new_worker(settings, model_path: str, agent: Any, snapshot: Any | None) -> Any:
-    from strat.actors.rollout import RolloutWorker
-
     return RolloutWorker.options(num_cpus=ACTOR_CPUS).remote(settings, model_path, agent, snapshot)
 
 
@@ -261,32 +278,22 @@ def _start_rollout(backend: str, model_path: str, settings, kwargs: dict[str, An
 
 
 def _ready(handles: Sequence[Any]) -> None:
-    import ray
-
     ray.get([h.ready.remote() for h in handles], timeout=READY_TIMEOUT_S)
 
 
 def _stop(handles: Sequence[Any]) -> None:
-    import ray
-
     for handle in handles:
         ray.kill(handle)
 
 
 def _plans(ctx: BenchContext, settings, groups: int) -> list[Any]:
     """Step 1's plans of worker 0, as the trainer draws them (deals, opponents, ego seats)."""
-    from strat.rollout import plan_groups
-
     return plan_groups(settings, ctx.config.run.seed, 1, 0, groups)
 
 
 def _run_rollout(ctx: BenchContext, setup: _RolloutSetup, plans: Sequence[Any], step: int = 1
                  ) -> tuple[list[Any], float]:
     """Play `plans` split over the setup's workers in contiguous shares; (episodes, wall seconds)."""
-    import ray
-
-    from strat.rollout import derive_seed
-
     n = len(setup.workers)
     counts = [len(plans) // n + (i < len(plans) % n) for i in range(n)]
     shares, start = [], 0
@@ -302,8 +309,6 @@ def _run_rollout(ctx: BenchContext, setup: _RolloutSetup, plans: Sequence[Any], 
 
 
 def _clear(setup: _RolloutSetup) -> None:
-    import ray
-
     ray.get([a.clear.remote() for a in setup.engines()])
 
 
@@ -321,13 +326,6 @@ def rollout_efficiency(ctx: BenchContext, backend: str) -> tuple[RolloutEfficien
     (prefix cache cleared before each, as before the rollout). Best of `rollout_repeats`, each
     interleaved with its replay, so that other load on the machine hits both alike.
     Returns the figure, the episodes (for the learner figure) and the live setup (for scaling)."""
-    import ray
-    from transformers import AutoTokenizer
-
-    from strat.benchmarks.baselines import ReplayPolicy, chat_encoder
-    from strat.rollout import RolloutRunner, derive_seed
-    from strat.trainer import rollout_settings
-
     settings = rollout_settings(ctx.config)
     plans = _plans(ctx, settings, ctx.groups)
     setup = _start_rollout(backend, ctx.model_path, settings, engine_kwargs(ctx.config), _needs_snapshot(plans))
@@ -381,8 +379,6 @@ def rollout_efficiency(ctx: BenchContext, backend: str) -> tuple[RolloutEfficien
 def worker_scaling(ctx: BenchContext, setup: _RolloutSetup) -> list[ScalingRow]:
     """Figure 5a: figure 1's rollout with 1 worker on 1 agent, 2 workers on 1 agent and 2 workers
     on 2 agents; the same plans, split between the workers, each from a cold prefix cache."""
-    import ray
-
     kwargs = engine_kwargs(ctx.config)
     params = _params_m(ctx.model_path)
     plans = _plans(ctx, setup.settings, ctx.groups)
@@ -411,13 +407,6 @@ def backend_scaling(ctx: BenchContext, agents: dict[str, Any]) -> list[ScalingRo
     decision) on the warm tiny model, reusing `agents` (backend -> live agent on that model), and
     on a ~50 M-parameter model (the tiny tokenizer, random weights). Each row also gives the
     engine's own rate inside the rollout."""
-    import ray
-
-    from strat import tiny_model
-    from strat.engines import SamplingParams
-    from strat.rollout import OpponentChoice
-    from strat.trainer import rollout_settings
-
     settings = dataclasses.replace(rollout_settings(ctx.config), opponents=(OpponentChoice("self"),),
                                    max_tokens=ctx.sizes.scaling_max_tokens)
     plans = _plans(ctx, settings, ctx.sizes.scaling_groups)
@@ -457,8 +446,6 @@ def backend_scaling(ctx: BenchContext, agents: dict[str, Any]) -> list[ScalingRo
 
 def _params_m(model_path: str | Path) -> float:
     """Parameters (millions) of a safetensors model directory, read from the file headers."""
-    from safetensors import safe_open
-
     total = 0
     for file in Path(model_path).glob("*.safetensors"):
         with safe_open(str(file), framework="pt") as handle:
@@ -476,15 +463,6 @@ def _params_m(model_path: str | Path) -> float:
 
 def learner_efficiency(ctx: BenchContext, episodes: Sequence[Any]) -> LearnerEfficiency:
     """Figure 2: `PolicyLearner.update` on the rollout's samples against a plain loop on the same micro-batches."""
-    import torch
-
-    from strat.advantage import RoleBaseline, compute_advantages
-    from strat.benchmarks.baselines import load_model, plain_update
-    from strat.comparison import ComparisonWeights, agreement_scorer, score_episodes
-    from strat.learner import PolicyLearner
-    from strat.records import TrainBatch
-    from strat.trainer import advantage_config, learner_settings
-
     config = ctx.config
     weights = config.comparison.weights
     # The advantages only feed the learner's timing: token-F1 agreement stands in for a judge or an embedding
@@ -543,9 +521,6 @@ def _learner_micro_batches(learner, samples: Sequence[Any]) -> list[list[Any]]:
 def grpo_baseline(ctx: BenchContext) -> GRPOBaseline:
     """Figure 7's baseline: the minimal single-process GRPO loop on the same model, group size,
     groups per step and output budget, plus the 64 x 32 generate reference of PLATFORM.md."""
-    from strat.benchmarks.baselines import GRPOSettings, plain_grpo, reference_generate_tok_s
-    from strat.trainer import learner_settings
-
     config = ctx.config
     reference = reference_generate_tok_s(ctx.base_model_path, ctx.sizes.reference_prompts, ctx.sizes.reference_tokens)
     settings = GRPOSettings(
@@ -569,8 +544,6 @@ def _stderr(message: str) -> None:
 
 def _start_ray() -> None:
     """A local Ray node with the trainer's environment, shared by every measurement."""
-    import ray
-
     env_vars = {key: os.environ[key] for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS",
                                                  "TOKENIZERS_PARALLELISM", "STRAT_CACHE_DIR") if key in os.environ}
     env_vars["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -581,11 +554,6 @@ def _start_ray() -> None:
 def run_bench(config_path: str | None = None, quick: bool = False, only: Collection[str] | None = None,
               log: Callable[[str], None] = _stderr, sizes: BenchSizes | None = None) -> BenchReport:
     """Measure the figures in `only` (default: all of FIGURES) on `config_path` (default: the local default config)."""
-    import ray
-
-    from strat.benchmarks.monitor import LoadMonitor
-    from strat.trainer import Trainer, base_model_path
-
     wanted = set(only or FIGURES)
     unknown = wanted - set(FIGURES)
     if unknown:

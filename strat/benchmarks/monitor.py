@@ -12,7 +12,7 @@ from typing import Literal
 
 import psutil
 
-from strat.benchmarks.report import Memory, ProcessMemory
+from strat.benchmarks.results import Memory, ProcessMemory
 
 Kind = Literal["driver", "ray", "actor"]
 

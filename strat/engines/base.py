@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-    from strat.weight_group import TensorMeta
+    from strat.sync.process_group import TensorMeta
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Engine(ABC):
 
     @abstractmethod
     def join_weight_group(self, address: str, first_rank: int, world_size: int, backend: str) -> None:
-        """Join a weight group (`strat.weight_group`) at ranks `first_rank`.. (`weight_group_ranks` of them); blocks
+        """Join a weight group (`strat.sync.process_group`) at ranks `first_rank`.. (`weight_group_ranks` of them); blocks
         until every member has joined. Leaves the group it was in before, if any."""
 
     @abstractmethod

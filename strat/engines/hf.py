@@ -7,10 +7,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from strat.engines.base import Engine, Generation, SamplingParams, stop_token_ids
 from strat.engines.sampling import sampling_logprobs
-from strat.weight_group import Membership, TensorMeta
+from strat.sync.process_group import Membership, TensorMeta
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -21,8 +23,6 @@ class HFEngine(Engine):
     def __init__(
         self, model_path: str | os.PathLike[str], dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         self._tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         self.model = AutoModelForCausalLM.from_pretrained(
             model_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code, use_safetensors=True
@@ -120,8 +120,6 @@ class HFEngine(Engine):
             own[name].copy_(tensor.to(own[name].dtype))
 
     def load_weights_dir(self, path: str | os.PathLike[str]) -> None:
-        from safetensors.torch import load_file
-
         files = sorted(Path(path).glob("*.safetensors"))
         if not files:
             raise FileNotFoundError(f"no .safetensors files in {path}")

@@ -4,7 +4,7 @@ An engine is in-process (its model runs in this process; weights can be passed a
 multi-process (vLLM's V1 engine core, and on CPU its worker, in other processes: CUDA vLLM, tensor
 parallelism, or `multiprocess=True`). A multi-process engine cannot take tensors through its RPC:
 its weights are updated from a directory of safetensors (`load_weights_dir`). Either kind can also take
-the learner's broadcast in a weight group that its workers join (`receive_weights`, `strat.weight_group`)."""
+the learner's broadcast in a weight group that its workers join (`receive_weights`, `strat.sync.process_group`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
+import vllm.envs as envs
+from vllm import LLM
+from vllm import SamplingParams as VLLMSamplingParams
+from vllm.inputs import TokensPrompt
 
 from strat.engines.base import Engine, Generation, SamplingParams, stop_token_ids
-from strat.weight_group import TensorMeta
+from strat.sync.process_group import TensorMeta
 
 
 class VLLMEngine(Engine):
@@ -42,8 +46,6 @@ class VLLMEngine(Engine):
         self._in_weight_group = False
         previous = _set_multiprocessing(self.multiprocess)
         try:
-            from vllm import LLM
-
             kwargs: dict[str, object] = {}
             if on_gpu:
                 kwargs["gpu_memory_utilization"] = gpu_memory_utilization
@@ -79,9 +81,6 @@ class VLLMEngine(Engine):
         return self._tokenizer
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
-        from vllm import SamplingParams as VLLMSamplingParams
-        from vllm.inputs import TokensPrompt
-
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
@@ -191,7 +190,5 @@ def _restore_multiprocessing(previous: str | None) -> None:
 
 
 def _unfreeze_vllm_env() -> None:
-    import vllm.envs as envs
-
     if hasattr(envs, "disable_envs_cache"):
         envs.disable_envs_cache()

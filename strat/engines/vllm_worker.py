@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from strat.weight_group import Membership, as_metadata
+from strat.sync.process_group import Membership, as_metadata
 
 
 class WeightGroupWorker:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from strat.records import Episode, ParsedResponse, ScoredEpisode, Sections, Turn, TurnScore
+from strat.algorithm.records import Episode, ParsedResponse, ScoredEpisode, Sections, Turn, TurnScore
 
 
 def turn(

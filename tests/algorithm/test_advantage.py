@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from strat.advantage import AdvantageConfig, RoleBaseline, compute_advantages, group_advantages, normalise
+from strat.algorithm.advantage import AdvantageConfig, RoleBaseline, compute_advantages, group_advantages, normalise
 
 from .helpers import episode, scored, turn
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from strat.agreement_models import JUDGE_SAMPLING, TextEmbedder, chat_completions, mean_pool
 from strat.engines import Generation, SamplingParams
+from strat.train.agreement_models import JUDGE_SAMPLING, TextEmbedder, chat_completions, mean_pool
 
 
 def test_mean_pool_by_hand() -> None:

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import ray
 
-from strat.actors.agent import AgentActor
-from strat.actors.comparator import Comparator, CoTComparator
-from strat.agreement_models import JUDGE_SAMPLING, AgreementSettings
-from strat.comparison import AgreementPair, ComparisonWeights, judge_messages
+from strat.algorithm.comparison import AgreementPair, ComparisonWeights, judge_messages
+from strat.algorithm.records import NO_SCORE
 from strat.config import load_config
-from strat.records import NO_SCORE
-from strat.trainer import agreement_settings, engine_kwargs
+from strat.train.agent_actor import AgentActor
+from strat.train.agreement_models import JUDGE_SAMPLING, AgreementSettings
+from strat.train.comparator_actor import Comparator, CoTComparator
+from strat.train.settings import agreement_settings, engine_kwargs
 
 from .helpers import kuhn_self_play
 

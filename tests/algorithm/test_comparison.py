@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from strat.comparison import (
+from strat.algorithm.comparison import (
     AgreementPair,
     ComparisonWeights,
     agreement_scorer,
@@ -24,7 +24,7 @@ from strat.comparison import (
     score_episodes,
     token_f1,
 )
-from strat.records import NO_SCORE, Sections
+from strat.algorithm.records import NO_SCORE, Sections
 
 from .helpers import episode, kuhn_self_play, turn
 

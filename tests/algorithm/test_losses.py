@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from strat.losses import (
+from strat.algorithm.losses import (
     LossConfig,
-    choice_entropy,
     aggregate,
+    choice_entropy,
     clipped_surrogate,
     dph_generator,
     dph_rehearsal,

@@ -6,12 +6,12 @@ import random
 import pytest
 
 import games
-from strat.comparison import ComparisonWeights, score_episodes
+from strat.algorithm.comparison import ComparisonWeights, score_episodes
+from strat.algorithm.reasoning import OWN_INFO_LEAD, misstates_private_info
 from strat.engines.base import Generation, SamplingParams
-from strat.reasoning import OWN_INFO_LEAD, misstates_private_info
-from strat.rollout import GroupPlan, OpponentChoice, RolloutRunner, RolloutSettings
-from strat.trainer import episode_metrics
-from strat.warmstart import templated_response
+from strat.model.warmstart import templated_response
+from strat.train.rollout import GroupPlan, OpponentChoice, RolloutRunner, RolloutSettings
+from strat.train.trainer import episode_metrics
 
 CARDS = ("Jack", "Queen", "King")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import games
-from strat.reasoning import DEPTH_SECTIONS, build_messages
+from strat.algorithm.reasoning import DEPTH_SECTIONS, build_messages
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("STRAT_UPDATE_SNAPSHOTS") == "1"

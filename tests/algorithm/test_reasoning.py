@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import games
-from strat.reasoning import (
+from strat.algorithm.reasoning import (
     DEPTH_SECTIONS,
     build_messages,
     corpus_texts,
@@ -20,7 +20,7 @@ from strat.reasoning import (
     render_response,
     validate_format_penalty,
 )
-from strat.records import ParsedResponse, Sections
+from strat.algorithm.records import ParsedResponse, Sections
 
 GAMES = games.names()
 

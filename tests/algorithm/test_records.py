@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strat.records import TrainBatch, TrainSample
+from strat.algorithm.records import TrainBatch, TrainSample
 
 from .helpers import episode, turn
 

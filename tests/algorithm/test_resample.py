@@ -1,8 +1,8 @@
 """Resampling zero-spread groups (algorithm.zero_spread=resample): which groups are flat, how fresh groups
 take their places, and the extra groups' plans."""
 
-from strat.advantage import replace_zero_spread_groups, zero_spread_group_ids
-from strat.rollout import OpponentChoice, RolloutSettings, plan_groups
+from strat.algorithm.advantage import replace_zero_spread_groups, zero_spread_group_ids
+from strat.train.rollout import OpponentChoice, RolloutSettings, plan_groups
 
 from .helpers import episode, turn
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from strat.algorithm.losses import LossConfig
 from strat.benchmarks.baselines import GRPOSettings, ReplayPolicy, hf_generate, load_model, plain_grpo
 from strat.benchmarks.figures import BenchContext, BenchSizes, learner_efficiency
 from strat.config import load_config
 from strat.engines import SamplingParams, build_engine
-from strat.losses import LossConfig
-from strat.rollout import OpponentChoice, RolloutRunner, RolloutSettings, plan_groups
+from strat.train.rollout import OpponentChoice, RolloutRunner, RolloutSettings, plan_groups
 
 
 def test_hf_generate_forced_length_and_stop(tiny_model_dir: Path) -> None:

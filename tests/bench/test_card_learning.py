@@ -9,7 +9,7 @@ import pytest
 import games
 from games.kuhn_poker import BET, PASS
 from strat.engines import Generation
-from strat.warmstart import templated_response
+from strat.model.warmstart import templated_response
 
 from .conftest import bench_module
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from strat import cli
-from strat.benchmarks.report import BenchReport, WeightSync
+from strat.benchmarks.results import BenchReport, WeightSync
 
 
 def _fake_report(config: str, quick: bool, only) -> BenchReport:

@@ -9,7 +9,7 @@ import pytest
 
 from strat.benchmarks.figures import end_to_end, pipeline_overlap, weight_sync
 from strat.benchmarks.monitor import classify
-from strat.benchmarks.report import (
+from strat.benchmarks.results import (
     BenchReport,
     GRPOBaseline,
     LearnerEfficiency,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from strat.learner import PolicyLearner
-from strat.records import TrainSample
+from strat.algorithm.records import TrainSample
+from strat.train.learner import PolicyLearner
 
 CONVERSATIONS = [
     "You hold the King. Your opponent bet.",

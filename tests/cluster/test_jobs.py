@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from strat import jobs
-from strat.config import ConfigError
+from strat.cluster import jobs
+from strat.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "kuhn_poker_tiny.yaml"

@@ -10,9 +10,9 @@ import ray
 import torch
 from safetensors.torch import load_file
 
-from strat import checkpoint
-from strat.learner import LearnerSettings, LoraSettings, PolicyLearner, split_for_ranks
-from strat.records import TrainSample
+from strat.algorithm.records import TrainSample
+from strat.model import checkpoint
+from strat.train.learner import LearnerSettings, LoraSettings, PolicyLearner, split_for_ranks
 
 from .sync_helpers import prompts_for, target_response
 
@@ -66,7 +66,7 @@ def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float =
 def test_two_ranks_step_export_and_checkpoint_as_one_learner(
     local_ray, tiny_model_dir: Path, tmp_path: Path, lora: LoraSettings | None, minibatches: int, epochs: int
 ) -> None:
-    from strat.actors.learner import LearnerGroup
+    from strat.train.learner_actor import LearnerGroup
 
     settings = replace(SETTINGS, lora=lora, minibatches=minibatches, epochs=epochs)
     group = LearnerGroup.start(str(tiny_model_dir), settings, 2, lambda rank: {"num_cpus": 0.5})
@@ -118,7 +118,7 @@ def test_driver_trains_checkpoints_and_resumes_with_two_learner_ranks(
 ) -> None:
     from strat.config import load_config
     from strat.errors import RunAborted
-    from strat.trainer import Trainer
+    from strat.train.trainer import Trainer
 
     config = load_config(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker_tiny.yaml", [
         f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "warm_start.enabled=false",

@@ -12,10 +12,17 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from strat import checkpoint
+from strat.algorithm.losses import LossConfig
 from strat.engines import SamplingParams, build_engine
-from strat.learner import LearnerSettings, LoraSettings, PolicyLearner, resolve_device, shard_model, write_safetensors
-from strat.losses import LossConfig
+from strat.model import checkpoint
+from strat.train.learner import (
+    LearnerSettings,
+    LoraSettings,
+    PolicyLearner,
+    resolve_device,
+    shard_model,
+    write_safetensors,
+)
 
 from .sync_helpers import perturb, perturbing_samples, prompts_for
 

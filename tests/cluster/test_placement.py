@@ -7,9 +7,10 @@ import typer
 import yaml
 
 from strat import cli
-from strat.cluster_commands import plan_command
-from strat.config import ConfigError, ExperimentConfig, from_dict
-from strat.placement import PlacementError, parse_cluster, plan
+from strat.cli.cluster import plan_command
+from strat.cluster.placement import parse_cluster, plan
+from strat.config import ExperimentConfig, from_dict
+from strat.errors import PlacementError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -93,7 +94,7 @@ def test_cpu_only_run_spreads_over_cpu_nodes() -> None:
 
 @pytest.mark.parametrize("name", ["qwen2_5_1_5b_kuhn.yaml", "qwen2_5_7b_leduc.yaml"])
 def test_cluster_configs_validate_and_plan_on_two_nodes(name: str) -> None:
-    from strat import tiny_model
+    from strat.model import tiny as tiny_model
 
     tree = yaml.safe_load((REPO / "configs" / "cluster" / name).read_text())
     tree["model"]["path"] = str(tiny_model.ensure("kuhn_poker"))  # the real checkpoints live on the cluster

@@ -7,7 +7,7 @@ import pytest
 import typer
 
 from strat import cli
-from strat.cluster_commands import jobs_command, plan_command, submit_command
+from strat.cli.cluster import jobs_command, plan_command, submit_command
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_OVERRIDES = [
@@ -31,7 +31,7 @@ def strat_main(monkeypatch: pytest.MonkeyPatch):
 def test_submit_follow_runs_a_tiny_job(ray_head, strat_main, tmp_path, monkeypatch, capsys) -> None:
     import os
 
-    from strat import tiny_model
+    from strat.model import tiny as tiny_model
 
     tiny_model.ensure("kuhn_poker")  # built here once, so that the job only loads it
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
@@ -56,8 +56,8 @@ def test_submit_follow_runs_a_tiny_job(ray_head, strat_main, tmp_path, monkeypat
 def test_reserve_places_actors_in_their_bundles(ray_head, monkeypatch) -> None:
     import ray
 
+    from strat.cluster.placement import cluster_from_ray, plan, reserve
     from strat.config import ExperimentConfig
-    from strat.placement import cluster_from_ray, plan, reserve
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     ray.init(address=ray_head.gcs_address, logging_level="ERROR", log_to_driver=False)

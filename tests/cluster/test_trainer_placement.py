@@ -8,7 +8,7 @@ import pytest
 import ray
 
 from strat.config import load_config
-from strat.trainer import Trainer
+from strat.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from strat.config import ConfigError, load_config
+from strat.config import load_config, resolve_collective_backend, resolve_weight_sync
 from strat.engines import Engine, SamplingParams, build_engine
-from strat.learner import LearnerSettings, LoraSettings, PolicyLearner
-from strat.weight_group import TensorMeta, WeightGroup, describe
-from strat.weight_sync import PREFIX, prune_versions, resolve_collective_backend, resolve_weight_sync, sync_path
+from strat.errors import ConfigError
+from strat.sync.process_group import TensorMeta, WeightGroup, describe
+from strat.sync.weights import PREFIX, prune_versions, sync_path
+from strat.train.learner import LearnerSettings, LoraSettings, PolicyLearner
 
 from .sync_helpers import CONVERSATIONS, local_address, perturb, prompts_for
 

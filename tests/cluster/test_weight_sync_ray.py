@@ -1,4 +1,4 @@
-"""`strat.weight_sync.sync_agents` / `sync_snapshot` through real Ray actors (learner + an hf agent):
+"""`strat.sync.weights.sync_agents` / `sync_snapshot` through real Ray actors (learner + an hf agent):
 every mode ends with the agent answering as the learner (collective: over a gloo weight group of the
 two actors, formed once and reused for the second version). The engine side of every path, including a
 multi-process vLLM engine, is in test_weight_sync.py; an hf agent keeps this module quick."""
@@ -12,25 +12,23 @@ import pytest
 import ray
 from transformers import AutoTokenizer
 
-from strat.config import load_config
+from strat.algorithm.records import TrainSample
+from strat.config import load_config, resolve_collective_backend, resolve_weight_sync
 from strat.engines import SamplingParams
-from strat.learner import LearnerSettings
-from strat.records import TrainSample
-from strat.weight_sync import (
+from strat.sync.weights import (
     POLICY,
     PREFIX,
     SNAPSHOT,
     WeightBroadcast,
     load_calls,
     loadable,
-    resolve_collective_backend,
-    resolve_weight_sync,
     snapshot_path,
     sync_agents,
     sync_path,
     sync_root,
     sync_snapshot,
 )
+from strat.train.learner import LearnerSettings
 
 from .sync_helpers import perturbing_samples, prompts_for
 
@@ -49,8 +47,8 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tiny_model_dir: Path) -> Iterator[Cluster]:
-    from strat.actors.agent import AgentActor
-    from strat.actors.learner import Learner
+    from strat.train.agent_actor import AgentActor
+    from strat.train.learner_actor import Learner
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:

@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import games
 from games.base import TextGameEnv
+from strat.algorithm.reasoning import render_response, user_prompt
+from strat.algorithm.records import Sections
 from strat.engines.base import Generation, SamplingParams
-from strat.policies import LLMPolicy, PolicyInfo
-from strat.reasoning import render_response, user_prompt
-from strat.records import Sections
-from strat.rollout import RolloutSettings, derive_seed
+from strat.eval.policies import LLMPolicy, PolicyInfo
+from strat.train.rollout import RolloutSettings, derive_seed
 
 ActionProbs = Callable[[TextGameEnv, str], dict[int, float]]
 

@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from strat.config import ConfigError
-from strat.eval_command import eval_command
+from strat.cli.eval import eval_command
+from strat.errors import ConfigError
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from strat.config import ConfigError
-from strat.eval_command import eval_command
-from strat.report import plots_available
+from strat.cli.eval import eval_command
+from strat.errors import ConfigError
+from strat.eval.report import plots_available
 
 
 def _args(**kwargs) -> dict:

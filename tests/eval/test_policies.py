@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from games.opponents import make_opponent
-from strat.config import ConfigError
 from strat.engines.base import Generation, SamplingParams
-from strat.eval_command import evaluate_policy
-from strat.policies import ScriptedPolicy, chunked, play_games, resolve_checkpoint, seat_rotations
+from strat.errors import ConfigError
+from strat.eval.evaluation import evaluate_policy
+from strat.eval.policies import ScriptedPolicy, chunked, play_games, resolve_checkpoint, seat_rotations
 
 from .helpers import fake_policy
 

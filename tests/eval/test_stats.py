@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from strat.evaluate import (
+from strat.algorithm.records import Episode
+from strat.eval.stats import (
     duplicate_outcomes,
     elo_ratings,
     elo_with_intervals,
@@ -14,7 +15,6 @@ from strat.evaluate import (
     outcome_counts,
     wilson_interval,
 )
-from strat.records import Episode
 
 
 def _episode(seed: int, ego: str, returns: tuple[float, float]) -> Episode:

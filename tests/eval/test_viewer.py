@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from strat.records import Episode, ParsedResponse, ScoredEpisode, Sections, Turn, TurnScore
-from strat.viewer import render_html, write_html
+from strat.algorithm.records import Episode, ParsedResponse, ScoredEpisode, Sections, Turn, TurnScore
+from strat.eval.viewer import render_html, write_html
 
 HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)>"
 

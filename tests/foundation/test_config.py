@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from strat.config import ConfigError, ExperimentConfig, load_config, parse_override, save_resolved
+from strat.config import ExperimentConfig, load_config, parse_override, save_resolved
+from strat.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"

@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from strat import tiny_model
 from strat.cli import main
+from strat.model import tiny as tiny_model
 
 
 def _digest(path: Path) -> str:
@@ -69,7 +69,7 @@ def test_resolve_model_path_builds_tiny_models() -> None:
 
 def test_config_sizes_build_their_own_model_and_the_defaults_the_usual_one() -> None:
     from strat.config import load_config
-    from strat.trainer import base_model_path
+    from strat.train.settings import base_model_path
 
     default = Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker_tiny.yaml"
     assert base_model_path(load_config(default, [])) == tiny_model.resolve_model_path("tiny:kuhn_poker")

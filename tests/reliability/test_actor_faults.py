@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 import ray
 
-from strat import checkpoint, metrics
 from strat.errors import RunAborted
-from strat.rollout import plan_groups
-from strat.trainer import Trainer, rollout_settings
+from strat.model import checkpoint
+from strat.train import metrics
+from strat.train.rollout import plan_groups
+from strat.train.settings import rollout_settings
+from strat.train.trainer import Trainer
 
 from .conftest import small_config
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from strat import checkpoint
-from strat.learner import LearnerSettings, PolicyLearner
+from strat.model import checkpoint
+from strat.train.learner import LearnerSettings, PolicyLearner
 
 KILLED_WRITE = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
     import strat, torch
-    from strat.learner import LearnerSettings, PolicyLearner
+    from strat.train.learner import LearnerSettings, PolicyLearner
 
     run_dir, model = Path(sys.argv[1]), sys.argv[2]
     learner = PolicyLearner(model, LearnerSettings())

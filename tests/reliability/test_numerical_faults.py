@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from strat import metrics
+from strat.algorithm.records import TrainSample
 from strat.errors import RunAborted
-from strat.faults import injected_steps
-from strat.learner import LearnerSettings, PolicyLearner
-from strat.records import TrainSample
-from strat.trainer import Trainer
+from strat.train import metrics
+from strat.train.faults import injected_steps
+from strat.train.learner import LearnerSettings, PolicyLearner
+from strat.train.trainer import Trainer
 
 from .conftest import small_config
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from strat import checkpoint, metrics
-from strat.trainer import Trainer
+from strat.model import checkpoint
+from strat.train import metrics
+from strat.train.trainer import Trainer
 
 from .conftest import DEFAULT, small_config, small_overrides
 

@@ -74,7 +74,7 @@ def test_unwritable_run_directory_is_refused(capsys, tmp_path: Path, tiny_model_
 def test_full_disk_is_refused_before_training(
     capsys, tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("strat.trainer.shutil.disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9, 1024))
+    monkeypatch.setattr("strat.train.trainer.shutil.disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9, 1024))
     err = _refusal(capsys, ["train", str(DEFAULT), *small_overrides(tmp_path, tiny_model_dir)])
     assert "MiB free but" in err and "checkpoint" in err
     _no_ray_started()

@@ -76,7 +76,7 @@ def test_remote_code_is_off_unless_the_config_turns_it_on(tmp_path: Path) -> Non
 def test_local_ray_started_by_strat_binds_the_dashboard_to_localhost(tmp_path: Path, tiny_model_dir: Path) -> None:
     import ray
 
-    from strat.trainer import Trainer
+    from strat.train.trainer import Trainer
 
     assert not ray.is_initialized()
     trainer = Trainer(load_config(DEFAULT, [f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}"]), tmp_path)

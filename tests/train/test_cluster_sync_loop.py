@@ -1,17 +1,16 @@
 """The driver's weight sync into agents that cannot take tensors through Ray: directory sync into a multi-process
 vLLM agent and from a LoRA learner, and collective sync (a gloo weight group) into a multi-process vLLM agent."""
 
-import json
 from pathlib import Path
 
 import pytest
 import ray
 
-from strat import metrics
+from strat.algorithm.records import TrainSample
 from strat.config import load_config
 from strat.engines import SamplingParams
-from strat.records import TrainSample
-from strat.trainer import Trainer
+from strat.train import metrics
+from strat.train.trainer import Trainer
 
 from .test_ray_training import _config, local_ray  # noqa: F401  (a shared module fixture)
 

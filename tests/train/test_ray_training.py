@@ -9,11 +9,11 @@ import ray
 import torch
 from transformers import AutoModelForCausalLM
 
-from strat import metrics
+from strat.algorithm.records import TrainSample
 from strat.config import load_config
 from strat.engines import SamplingParams
-from strat.records import TrainSample
-from strat.trainer import Trainer
+from strat.train import metrics
+from strat.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"

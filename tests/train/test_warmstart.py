@@ -19,11 +19,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import games
 import games.opponents
-from strat import warmstart
-from strat.comparison import belief_text, card_values
-from strat.reasoning import BELIEF_MARKER, parse_response
-from strat.tiny_model import cache_dir
-from strat.warmstart import (
+from strat.algorithm.comparison import belief_text, card_values
+from strat.algorithm.reasoning import BELIEF_MARKER, parse_response
+from strat.model import warmstart
+from strat.model.tiny import cache_dir
+from strat.model.warmstart import (
     IGNORE_INDEX,
     WarmStartSettings,
     collate,
@@ -115,7 +115,7 @@ def test_the_belief_does_not_know_the_hidden_card_better_than_chance(monkeypatch
     assert 0.4 <= sum(hits) / len(hits) <= 0.6
 
 
-def _env_at(game: str, chance_and_moves: list[int]) -> games.TextGameEnv:
+def env_at(game: str, chance_and_moves: list[int]) -> games.TextGameEnv:
     env = games.make(game)
     state = env.pyspiel_state.get_game().new_initial_state()
     for action in chance_and_moves:
@@ -139,7 +139,7 @@ HIDDEN_CASES = [
 def test_responses_are_the_same_whatever_the_opponent_holds(
     game: str, deal_a: list[int], deal_b: list[int], moves: list[int], depth: int
 ) -> None:
-    env_a, env_b = _env_at(game, deal_a + moves), _env_at(game, deal_b + moves)
+    env_a, env_b = env_at(game, deal_a + moves), env_at(game, deal_b + moves)
     assert env_a.agent_selection == env_b.agent_selection == "player_1"
     assert env_a.private_info("player_0") != env_b.private_info("player_0")
     assert env_a.private_info("player_1") == env_b.private_info("player_1")
@@ -236,7 +236,7 @@ def test_warm_start_writes_a_loadable_model_atomically(tiny_model_dir: Path, tmp
 def test_warm_start_threads_are_given_back() -> None:
     # A fresh process, as `strat train` and `strat sft` are: an in-process vLLM engine elsewhere in the suite pins
     # the OpenMP threads of this one.
-    code = ("import strat, torch; from strat import warmstart\n"
+    code = ("import strat, torch; from strat.model import warmstart\n"
             "with warmstart._warm_start_threads(torch): print(torch.get_num_threads())\n"
             "print(torch.get_num_threads())")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -1,1 +1,0 @@
-"""Ray actors: the only place (with the driver) where Ray appears."""

@@ -1,0 +1,242 @@
+"""Hybrid group-relative advantages: outcome term, process term from CoT scores, per-role statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
+
+AdvantageMode = Literal["outcome", "process", "hybrid"]
+Baseline = Literal["group", "ema"]
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    """How advantages are formed; maps onto `algorithm.*` in the experiment config."""
+
+    mode: AdvantageMode = "hybrid"
+    """`outcome` is hybrid with lam = 0; `process` drops the outcome term and keeps the process term unscaled."""
+    lam: float = 0.5
+    """Weight of the process term in hybrid mode."""
+    baseline: Baseline = "group"
+    """`group`: normalise returns within the group; `ema`: subtract a per-(game, role) running mean (SPIRAL)."""
+    ema_decay: float = 0.95
+    eps: float = 1e-6
+    per_role: bool = True
+    """Separate statistics per seat, so that both self-play seats learn from their own perspective."""
+    drop_zero_signal: bool = False
+    """Leave out groups whose advantages are all zero (they give no gradient)."""
+
+
+@dataclass(frozen=True)
+class AdvantageStats:
+    """Diagnostics of one advantage computation; a statistics group is (group, role) with per-role normalisation."""
+
+    groups: int
+    singleton_groups: int
+    """Groups of one episode: no spread to normalise by, outcome term 0."""
+    zero_spread_groups: int
+    """Groups (size > 1) whose outcome returns are all equal."""
+    zero_process_spread_groups: int
+    """Groups with at least one comparable turn whose process scores are all equal."""
+    zero_signal_groups: int
+    """Groups whose advantages are all zero."""
+    dropped_groups: int
+    turns: int
+    comparable_turns: int
+
+
+def zero_spread_group_ids(episodes: Sequence[Episode]) -> list[str]:
+    """Groups (of more than one episode) in which every learning seat got the same outcome in every episode,
+    in order of first appearance: their outcome term is zero, so they teach nothing about the moves."""
+    outcomes: dict[str, dict[str, set[float]]] = {}
+    sizes: dict[str, int] = {}
+    for episode in episodes:
+        sizes[episode.group_id] = sizes.get(episode.group_id, 0) + 1
+        seats = outcomes.setdefault(episode.group_id, {})
+        for agent in episode.ego_agents:
+            seats.setdefault(agent, set()).add(episode.outcome(agent))
+    return [
+        group for group, seats in outcomes.items()
+        if sizes[group] > 1 and all(len(values) == 1 for values in seats.values())
+    ]
+
+
+def replace_zero_spread_groups(episodes: Sequence[Episode], fresh: Sequence[Episode]) -> tuple[list[Episode], int]:
+    """`episodes` with zero-spread groups replaced, in order, by the groups of `fresh` that have spread; each
+    replacement takes the place of the group it replaces. Returns the episodes and the number replaced."""
+    flat = zero_spread_group_ids(episodes)
+    flat_fresh = set(zero_spread_group_ids(fresh))
+    useful: dict[str, list[Episode]] = {}
+    for episode in fresh:
+        if episode.group_id not in flat_fresh:
+            useful.setdefault(episode.group_id, []).append(episode)
+    swaps = dict(zip(flat, useful.values(), strict=False))
+    placed: set[str] = set()
+    out: list[Episode] = []
+    for episode in episodes:
+        if episode.group_id not in swaps:
+            out.append(episode)
+        elif episode.group_id not in placed:
+            out.extend(swaps[episode.group_id])
+            placed.add(episode.group_id)
+    return out, len(swaps)
+
+
+def normalise(values: torch.Tensor, eps: float) -> torch.Tensor:
+    """(x - mean) / (population std + eps); exactly zero when all values are equal or there is only one."""
+    if values.numel() == 0 or bool(torch.all(values == values[0])):
+        # Rounding in the mean would otherwise turn equal values into tiny, eps-amplified advantages.
+        return torch.zeros_like(values)
+    return (values - values.mean()) / (values.std(correction=0) + eps)
+
+
+def group_advantages(
+    returns: torch.Tensor,
+    turn_episode: torch.Tensor,
+    scores: torch.Tensor,
+    comparable: torch.Tensor,
+    mode: AdvantageMode,
+    lam: float,
+    eps: float,
+    baseline: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-turn advantages of one statistics group.
+
+    `returns` [G] per episode; `turn_episode` [N] the episode index of each ego turn; `scores`, `comparable` [N].
+    The outcome term is `returns - baseline` ([G]) when a baseline is given, else group-normalised. Process
+    statistics are over the comparable turns only; a turn with nothing to compare gets process term 0.
+    """
+    outcome = (returns - baseline if baseline is not None else normalise(returns, eps))[turn_episode]
+    process = torch.zeros_like(scores)
+    process[comparable] = normalise(scores[comparable], eps)
+    if mode == "outcome":
+        return outcome
+    if mode == "process":
+        return process
+    return outcome + lam * process
+
+
+class RoleBaseline:
+    """SPIRAL-style running-mean baseline per (game, role); the first batch initialises it."""
+
+    def __init__(self, decay: float) -> None:
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"EMA decay {decay} is outside [0, 1)")
+        self.decay = decay
+        self._values: dict[tuple[str, str], float] = {}
+
+    def value(self, game: str, role: str) -> float | None:
+        """The current baseline, None before the first update."""
+        return self._values.get((game, role))
+
+    def update(self, game: str, role: str, mean_return: float) -> None:
+        """Move the baseline toward this batch's mean return."""
+        previous = self._values.get((game, role))
+        self._values[(game, role)] = (
+            mean_return if previous is None else self.decay * previous + (1.0 - self.decay) * mean_return
+        )
+
+    def state_dict(self) -> dict[str, float]:
+        """Checkpointable state, keyed `game/role`."""
+        return {f"{game}/{role}": value for (game, role), value in self._values.items()}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """Restore from `state_dict()`."""
+        self._values = {tuple(key.split("/", 1)): value for key, value in state.items()}  # type: ignore[misc]
+
+
+def compute_advantages(
+    episodes: Sequence[ScoredEpisode],
+    config: AdvantageConfig,
+    baseline: RoleBaseline | None = None,
+) -> tuple[list[TrainSample], AdvantageStats]:
+    """Advantages for every ego turn of `episodes`, as training samples, with diagnostics.
+
+    Episodes sharing a `group_id` form a group; with `per_role` each ego seat of the group is a separate
+    statistics group. `baseline` is required for `config.baseline == "ema"` and is updated in place afterwards.
+    """
+    if config.baseline == "ema" and baseline is None:
+        raise ValueError("baseline='ema' needs a RoleBaseline")
+    ema = baseline if config.baseline == "ema" else None
+    buckets: dict[tuple[str, str], list[tuple[ScoredEpisode, str]]] = {}
+    role_returns: dict[tuple[str, str], list[float]] = {}
+    for scored in episodes:
+        episode = scored.episode
+        for agent in episode.ego_agents:
+            buckets.setdefault((episode.group_id, agent if config.per_role else ""), []).append((scored, agent))
+            role_returns.setdefault((episode.game, agent), []).append(episode.outcome(agent))
+    role_means = {key: sum(values) / len(values) for key, values in role_returns.items()}
+    if ema is not None:
+        for (game, role), mean in role_means.items():
+            if ema.value(game, role) is None:
+                ema.update(game, role, mean)
+
+    samples: list[TrainSample] = []
+    singleton = zero_spread = zero_process = zero_signal_groups = dropped = total_turns = comparable_turns = 0
+    for members in buckets.values():
+        turns = [
+            (index, scored, turn)
+            for index, (scored, agent) in enumerate(members)
+            for turn in scored.episode.turns_of(agent)
+        ]
+        turn_scores = [scored.score_of(turn.turn_index) for _, scored, turn in turns]
+        returns = torch.tensor([scored.episode.outcome(agent) for scored, agent in members], dtype=torch.float64)
+        scores = torch.tensor([s.score if s is not None else 0.0 for s in turn_scores], dtype=torch.float64)
+        comparable = torch.tensor([s is not None and s.comparable for s in turn_scores], dtype=torch.bool)
+        member_baseline = None
+        if ema is not None:
+            member_baseline = torch.tensor(
+                [ema.value(scored.episode.game, agent) for scored, agent in members], dtype=torch.float64
+            )
+        advantages = group_advantages(
+            returns,
+            torch.tensor([index for index, _, _ in turns], dtype=torch.long),
+            scores,
+            comparable,
+            config.mode,
+            config.lam,
+            config.eps,
+            member_baseline,
+        )
+        singleton += int(len(members) == 1)
+        zero_spread += int(len(members) > 1 and bool(torch.all(returns == returns[0])))
+        zero_process += int(bool(comparable.any()) and bool(torch.all(scores[comparable] == scores[comparable][0])))
+        total_turns += len(turns)
+        comparable_turns += int(comparable.sum())
+        if bool(torch.all(advantages == 0)):
+            zero_signal_groups += 1
+            if config.drop_zero_signal:
+                dropped += 1
+                continue
+        samples.extend(
+            TrainSample(
+                group_id=scored.episode.group_id,
+                episode_id=scored.episode.episode_id,
+                agent=turn.agent,
+                turn_index=turn.turn_index,
+                prompt_token_ids=turn.prompt_token_ids,
+                response_token_ids=turn.response_token_ids,
+                behaviour_logprobs=turn.behaviour_logprobs,
+                advantage=float(advantage),
+            )
+            for (_, scored, turn), advantage in zip(turns, advantages, strict=True)
+        )
+    if ema is not None:
+        for (game, role), mean in role_means.items():
+            ema.update(game, role, mean)
+    stats = AdvantageStats(
+        groups=len(buckets),
+        singleton_groups=singleton,
+        zero_spread_groups=zero_spread,
+        zero_process_spread_groups=zero_process,
+        zero_signal_groups=zero_signal_groups,
+        dropped_groups=dropped,
+        turns=total_turns,
+        comparable_turns=comparable_turns,
+    )
+    return samples, stats

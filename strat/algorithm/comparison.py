@@ -1,0 +1,309 @@
+"""Centralized CoT comparison: per-turn prediction, belief and agreement scores from reasoning and the truth."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from strat.algorithm.reasoning import BELIEF_MARKER
+from strat.algorithm.records import NO_SCORE, Episode, ScoredEpisode, Turn, TurnScore
+
+AgreementMethod = Literal["token_f1", "embedding", "judge"]
+Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
+"""A batch of texts -> one vector each, for agreement by cosine similarity; injected so nothing is loaded here."""
+ChatMessages = list[dict[str, str]]
+Generate = Callable[[list[ChatMessages]], list[str]]
+"""A batch of chat prompts -> one completion each; the comparator backs it with the judge's engine."""
+Extractor = Callable[[str], tuple[str, ...]]
+"""Text -> the private-information values it names (card ranks, dice faces), for belief accuracy."""
+
+_CARD_RANKS = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "jack", "queen", "king", "ace")
+_CARD = re.compile(r"\b(" + "|".join(_CARD_RANKS) + r")s?\b", re.IGNORECASE)
+_FACE_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+_DIE = re.compile(r"\b(" + "|".join(_FACE_WORDS) + r")(?:e?s)?\b|(\d)", re.IGNORECASE)
+_ITEM = re.compile(r"\b(book|hat|ball)s?\W{0,3}(\d+)", re.IGNORECASE)
+_PLAYER = re.compile(r"player[\s_]*(\d+)", re.IGNORECASE)
+_WORD = re.compile(r"[a-z0-9]+")
+_JUDGE_SCORE = (
+    re.compile(r"score(?:\s+of)?[^0-9a-z]{0,10}(\d{1,3}(?:\.\d+)?)", re.IGNORECASE),
+    re.compile(r"(\d{1,3}(?:\.\d+)?)\s*/\s*10\b"),
+    re.compile(r"^\s*(\d{1,3}(?:\.\d+)?)\s*$"),
+)
+
+
+def card_values(text: str) -> tuple[str, ...]:
+    """Card ranks named in `text`, lower-case, in order ("Kings" counts as "king")."""
+    return tuple(match.group(1).lower() for match in _CARD.finditer(text))
+
+
+def dice_values(text: str) -> tuple[str, ...]:
+    """Die faces named in `text` as digits or words ("sixes" counts as "6"), in order."""
+    return tuple(str(_FACE_WORDS.index(word.lower()) + 1) if word else digit for word, digit in _DIE.findall(text))
+
+
+def item_values(text: str) -> tuple[str, ...]:
+    """Bargaining item valuations named in `text` as "item=value" ("a book 3" counts as "book=3")."""
+    return tuple(f"{item.lower()}={value}" for item, value in _ITEM.findall(text))
+
+
+BELIEF_EXTRACTORS: dict[str, Extractor] = {
+    "kuhn_poker": card_values,
+    "leduc_poker": card_values,
+    "liars_dice": dice_values,
+    "bargaining": item_values,
+}
+"""Games whose private information a belief can name; other games have no belief score."""
+
+
+@dataclass(frozen=True)
+class ComparisonWeights:
+    """Weights of the components in the combined score; maps onto `comparison.weights.*`."""
+
+    predict: float = 1.0
+    belief: float = 1.0
+    agreement: float = 1.0
+
+    def __post_init__(self) -> None:
+        values = (self.predict, self.belief, self.agreement)
+        if min(values) < 0 or sum(values) <= 0:
+            raise ValueError(f"comparison weights {values} must be >= 0 with at least one positive")
+
+
+@dataclass(frozen=True)
+class AgreementPair:
+    """What an ego turn expected the opponent to infer, and what the opponent inferred at its next turn."""
+
+    episode_id: str
+    turn_index: int
+    game: str
+    their_view: str
+    opponent_past: str
+
+
+AgreementScorer = Callable[[Sequence[AgreementPair]], list[float | None]]
+"""A batch of pairs -> a score in [0, 1] each, or None where no score could be had."""
+
+
+def normalise_action(text: str) -> str:
+    """Lower-case with runs of non-alphanumerics as one space, so "Bet." matches "bet"."""
+    return " ".join(_WORD.findall(text.lower()))
+
+
+def prediction_accuracy(predicted: str | None, actual: str) -> float:
+    """1 when `<predict>` names the opponent's actual next action (or "none" when none followed), else 0."""
+    return float(predicted is not None and normalise_action(predicted) == normalise_action(actual))
+
+
+def belief_text(past: str) -> str | None:
+    """The guess after the last belief marker in `past`, to the end of its line; None without a marker."""
+    start = past.lower().rfind(BELIEF_MARKER)
+    if start < 0:
+        return None
+    return past[start + len(BELIEF_MARKER) :].split("\n", 1)[0]
+
+
+def _player_number(agent: str) -> str | None:
+    match = _PLAYER.fullmatch(agent)
+    return match.group(1) if match else None
+
+
+def _claim_about(guess: str, agent: str, single_opponent: bool) -> str:
+    """The part of a belief line about `agent`, without player references (they contain digits)."""
+    if single_opponent:
+        return _PLAYER.sub(" ", guess)
+    number = _player_number(agent)
+    for segment in guess.split(";"):
+        if any(match.group(1) == number for match in _PLAYER.finditer(segment)):
+            return _PLAYER.sub(" ", segment)
+    return ""
+
+
+def value_overlap(claimed: Sequence[str], true: Sequence[str]) -> float:
+    """|claimed ∩ true| / max(|claimed|, |true|) as multisets: 1 for an exact claim, partial for a hedge."""
+    if not claimed or not true:
+        return 0.0
+    shared = sum((Counter(claimed) & Counter(true)).values())
+    return shared / max(len(claimed), len(true))
+
+
+def belief_accuracy(past: str | None, truths: Mapping[str, str], extract: Extractor) -> float:
+    """Mean over opponents of how well the belief line in `past` names each one's private information."""
+    guess = belief_text(past) if past is not None else None
+    if guess is None or not truths:
+        return 0.0
+    single = len(truths) == 1
+    scores = [
+        value_overlap(extract(_claim_about(guess, agent, single)), extract(truth)) for agent, truth in truths.items()
+    ]
+    return sum(scores) / len(scores)
+
+
+def token_f1(prediction: str, reference: str) -> float:
+    """F1 of the bags of lower-case words of the two texts; 0 when either is empty."""
+    predicted, actual = Counter(_WORD.findall(prediction.lower())), Counter(_WORD.findall(reference.lower()))
+    shared = sum((predicted & actual).values())
+    if shared == 0:
+        return 0.0
+    precision, recall = shared / sum(predicted.values()), shared / sum(actual.values())
+    return 2 * precision * recall / (precision + recall)
+
+
+def cosine_agreement(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cosine similarity clipped to [0, 1]: unrelated or opposite texts score 0."""
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    if norm == 0 or not math.isfinite(norm):
+        return 0.0
+    return min(1.0, max(0.0, sum(x * y for x, y in zip(a, b, strict=True)) / norm))
+
+
+def judge_messages(pair: AgreementPair) -> ChatMessages:
+    """The judge's prompt for one pair: rate 0-10 how well the expectation anticipates the opponent's reading."""
+    system = (
+        f"You compare two texts from a game of {pair.game.replace('_', ' ')}. Text A is a player's expectation of "
+        "how its opponent would read its move. Text B is what the opponent actually concluded at its next turn. "
+        "Rate from 0 to 10 how well A anticipates B (0: unrelated or contradictory, 10: the same conclusion). "
+        "Reply with only: Score: <0-10>"
+    )
+    user = f"Text A (expectation):\n{pair.their_view}\n\nText B (the opponent's reading):\n{pair.opponent_past}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def parse_judge_score(text: str) -> float | None:
+    """A judge's 0-10 score as a value in [0, 1]: "Score: 7", "7/10" or a bare number; None otherwise."""
+    for pattern in _JUDGE_SCORE:
+        matches = pattern.findall(text)
+        if matches:
+            value = float(matches[-1])
+            return value / 10 if 0 <= value <= 10 else None
+    return None
+
+
+def token_f1_scorer(pairs: Sequence[AgreementPair]) -> list[float | None]:
+    """Agreement by token F1."""
+    return [token_f1(pair.their_view, pair.opponent_past) for pair in pairs]
+
+
+def embedding_scorer(embed: Embed) -> AgreementScorer:
+    """Agreement by cosine similarity of `embed`'s vectors, one batched call; an empty expectation scores 0."""
+
+    def score(pairs: Sequence[AgreementPair]) -> list[float | None]:
+        texts = [text for pair in pairs if pair.their_view for text in (pair.their_view, pair.opponent_past)]
+        vectors = list(embed(texts)) if texts else []
+        if len(vectors) != len(texts):
+            raise ValueError(f"the embedder returned {len(vectors)} vectors for {len(texts)} texts")
+        remaining = iter(vectors)
+        return [cosine_agreement(next(remaining), next(remaining)) if pair.their_view else 0.0 for pair in pairs]
+
+    return score
+
+
+def judge_scorer(generate: Generate) -> AgreementScorer:
+    """Agreement by an LLM judge behind `generate`, one batched call; an unreadable verdict gives None."""
+
+    def score(pairs: Sequence[AgreementPair]) -> list[float | None]:
+        asked = [pair for pair in pairs if pair.their_view]
+        verdicts = generate([judge_messages(pair) for pair in asked]) if asked else []
+        if len(verdicts) != len(asked):
+            raise ValueError(f"the judge returned {len(verdicts)} completions for {len(asked)} prompts")
+        remaining = iter(verdicts)
+        return [parse_judge_score(next(remaining)) if pair.their_view else 0.0 for pair in pairs]
+
+    return score
+
+
+def agreement_scorer(
+    method: AgreementMethod, embed: Embed | None = None, generate: Generate | None = None
+) -> AgreementScorer:
+    """The scorer for `comparison.agreement`; `embedding` needs `embed`, `judge` needs `generate`."""
+    if method == "token_f1":
+        return token_f1_scorer
+    if method == "embedding":
+        if embed is None:
+            raise ValueError("agreement='embedding' needs an embed function")
+        return embedding_scorer(embed)
+    if generate is None:
+        raise ValueError("agreement='judge' needs a generate function backed by the judge's engine")
+    return judge_scorer(generate)
+
+
+def combine(
+    predict: float | None, belief: float | None, agreement: float | None, weights: ComparisonWeights
+) -> tuple[float, bool]:
+    """Weighted mean of the components that were compared, and whether any was; NO_SCORE when none was."""
+    parts = [
+        (weight, value)
+        for weight, value in ((weights.predict, predict), (weights.belief, belief), (weights.agreement, agreement))
+        if value is not None and weight > 0
+    ]
+    if not parts:
+        return NO_SCORE, False
+    return sum(w * v for w, v in parts) / sum(w for w, _ in parts), True
+
+
+def _next_other(episode: Episode, turn: Turn) -> Turn | None:
+    """The first later turn of another agent: the one `<predict>` and `<their_view>` are about."""
+    return next((t for t in episode.turns if t.turn_index > turn.turn_index and t.agent != turn.agent), None)
+
+
+def _belief(episode: Episode, turn: Turn) -> float | None:
+    extract = BELIEF_EXTRACTORS.get(episode.game)
+    truths = {agent: info for agent, info in episode.private_info.items() if agent != turn.agent and info}
+    acted_before = any(t.turn_index < turn.turn_index and t.agent != turn.agent for t in episode.turns)
+    # Before any opponent has acted there is nothing to infer from, so a guess would only add noise.
+    if extract is None or not truths or not acted_before or turn.response is None:
+        return None
+    return belief_accuracy(turn.response.sections.past, truths, extract)
+
+
+def _agreement_pair(episode: Episode, turn: Turn, following: Turn | None) -> AgreementPair | None:
+    if turn.response is None or following is None or following.response is None:
+        return None
+    opponent_past = following.response.sections.past
+    # An opponent that wrote no <past> gives nothing to compare against; that is not the ego's fault.
+    if not opponent_past:
+        return None
+    return AgreementPair(
+        episode.episode_id, turn.turn_index, episode.game, turn.response.sections.their_view or "", opponent_past
+    )
+
+
+def score_episodes(
+    episodes: Sequence[Episode], weights: ComparisonWeights, agreement: AgreementScorer = token_f1_scorer
+) -> list[ScoredEpisode]:
+    """Score every ego turn of `episodes` that has a parsed response; agreement pairs go to `agreement` in one batch.
+
+    Components follow the depth each turn was asked for: depth 0 has none, depth 1 has prediction and belief,
+    depth 2 adds agreement. A missing section where one was asked for scores 0.
+    """
+    components: list[tuple[Episode, Turn, float | None, float | None, AgreementPair | None]] = []
+    for episode in episodes:
+        for turn in episode.turns:
+            if turn.agent not in episode.ego_agents or turn.response is None:
+                continue
+            depth = turn.response.depth
+            following = _next_other(episode, turn)
+            predict = belief = pair = None
+            if depth >= 1:
+                actual = following.action_name if following is not None else "none"
+                predict = prediction_accuracy(turn.response.sections.predict, actual)
+                belief = _belief(episode, turn)
+            if depth >= 2:
+                pair = _agreement_pair(episode, turn, following)
+            components.append((episode, turn, predict, belief, pair))
+    pairs = [pair for *_, pair in components if pair is not None]
+    scored_pairs = agreement(pairs) if pairs else []
+    if len(scored_pairs) != len(pairs):
+        raise ValueError(f"the agreement scorer returned {len(scored_pairs)} scores for {len(pairs)} pairs")
+    pair_scores = iter(scored_pairs)
+    by_episode: dict[str, list[TurnScore]] = {episode.episode_id: [] for episode in episodes}
+    for episode, turn, predict, belief, pair in components:
+        agree = next(pair_scores) if pair is not None else None
+        score, comparable = combine(predict, belief, agree, weights)
+        by_episode[episode.episode_id].append(
+            TurnScore(turn.agent, turn.turn_index, predict, belief, agree, score, comparable)
+        )
+    return [ScoredEpisode(episode, tuple(by_episode[episode.episode_id])) for episode in episodes]

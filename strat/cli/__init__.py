@@ -1,0 +1,31 @@
+"""The `strat` command line: one verb per job, one module per group of verbs.
+
+- `train.py`: check, init-model, sft, train
+- `eval.py`: eval
+- `play.py`: play
+- `bench.py`: bench
+- `cluster.py`: plan, submit, jobs
+- `app.py`: the Typer app and `main`, which prints user errors as one line with an exit status
+"""
+
+from __future__ import annotations
+
+from strat.cli.app import app, main
+from strat.cli.bench import bench
+from strat.cli.cluster import jobs_command, plan_command, submit_command
+from strat.cli.eval import eval_command
+from strat.cli.play import play
+from strat.cli.train import check, init_model, sft, train
+
+app.command()(check)
+app.command("init-model")(init_model)
+app.command()(sft)
+app.command()(train)
+app.command("eval")(eval_command)
+app.command()(play)
+app.command()(bench)
+app.command("plan")(plan_command)
+app.command("submit")(submit_command)
+app.command("jobs")(jobs_command)
+
+__all__ = ["app", "main"]

@@ -1,0 +1,54 @@
+"""The `strat` Typer app, the arguments the verbs share, and the entry point that turns user errors into one
+line and an exit status. The verbs live in the modules beside this one and are registered in `strat.cli`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+
+from strat.config import ExperimentConfig, load_config
+from strat.errors import ConfigError, JobError, RunAborted, UserError
+
+app = typer.Typer(
+    name="strat",
+    help="Strat: train LLM agents to reason strategically in multi-agent games (Strat-Reasoner on Ray).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+ConfigArg = Annotated[Path, typer.Argument(help="Experiment YAML file, e.g. configs/kuhn_poker_tiny.yaml.")]
+OverridesArg = Annotated[
+    list[str] | None, typer.Argument(help="Overrides as key.sub=value, e.g. algorithm.group_size=4.")
+]
+
+
+def load(config: Path, overrides: list[str] | None) -> ExperimentConfig:
+    """The config file with the command line's overrides applied, validated."""
+    return load_config(config, overrides or [])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `strat` console script; user errors exit 2 with one line on stderr."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except (ConfigError, UserError, JobError) as err:
+        typer.echo(f"strat: error: {err}", err=True)
+        return 2
+    except RunAborted as err:
+        typer.echo(f"strat: run stopped: {err}", err=True)
+        return 1
+    except typer.Abort:
+        typer.echo("strat: aborted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        return 130
+    except (typer.Exit, SystemExit) as done:
+        return int(getattr(done, "exit_code", getattr(done, "code", 0)) or 0)
+    except click.ClickException as err:  # usage errors
+        err.show()
+        return err.exit_code
+    return 0

@@ -1,0 +1,100 @@
+"""`strat eval`: a policy against scripted opponents in both seats, or several policies head to head
+(`strat.eval.evaluation`). Writes eval.json, eval.md, plots and an offline transcript viewer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from strat.errors import ConfigError
+
+if TYPE_CHECKING:
+    from strat.eval.policies import Policy
+
+
+def _split(values: Sequence[str] | None) -> list[str]:
+    return [part.strip() for value in values or () for part in value.split(",") if part.strip()]
+
+
+def _default_out(policy: Policy, game: str, head: bool) -> Path:
+    info = policy.info
+    if not head and info.run_dir is not None:
+        name = f"step_{info.step}" if info.step is not None else Path(info.checkpoint).name
+        return Path(info.run_dir) / "eval" / name
+    return Path("eval") / game / ("head_to_head" if head else policy.name)
+
+
+def eval_command(
+    policy: Annotated[
+        str | None,
+        typer.Option(help="Checkpoint directory, run directory (its latest checkpoint) or scripted policy name."),
+    ] = None,
+    game: Annotated[str | None, typer.Option(help="Game (default: the checkpoint's run's game).")] = None,
+    opponents: Annotated[
+        list[str] | None,
+        typer.Option(help="Scripted opponents, repeated or comma-separated (default: all for the game)."),
+    ] = None,
+    games_per_opponent: Annotated[
+        int, typer.Option("--games", min=1, help="Games per opponent (or pair), rounded up to whole seat rotations.")
+    ] = 200,
+    out: Annotated[
+        Path | None, typer.Option(help="Output directory (default: RUN/eval/step_N, or eval/GAME/NAME).")
+    ] = None,
+    samples_per_infoset: Annotated[
+        int, typer.Option(min=0, help="LLM moves sampled per information set for exploitability (0: skip).")
+    ] = 16,
+    bootstrap: Annotated[int, typer.Option(min=0, help="Bootstrap replicates for intervals.")] = 200,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of deals, sampling and bootstrap.")] = 0,
+    backend: Annotated[str, typer.Option(help="Inference engine for checkpoints: hf or vllm.")] = "hf",
+    transcripts: Annotated[int, typer.Option(min=0, help="Games per matchup shown in transcripts.html.")] = 4,
+    head_to_head_policies: Annotated[
+        list[str] | None,
+        typer.Option("--head-to-head", help="Play these policies against each other (repeat, or comma-separate)."),
+    ] = None,
+) -> Path:
+    """Evaluate a policy against scripted opponents, or several policies head to head."""
+    # Deferred: games, torch and the engines cost seconds to import, and `strat --help` registers this command.
+    from games.opponents import opponent_names
+    from strat.eval.evaluation import evaluate_policy, head_to_head
+    from strat.eval.policies import load_policy
+    from strat.eval.report import write_report
+
+    if backend not in ("hf", "vllm"):
+        raise ConfigError(f"--backend={backend!r}: unknown inference engine (allowed: hf, vllm)")
+    contenders = _split(head_to_head_policies)
+    if policy is None and not contenders:
+        raise ConfigError("eval needs --policy P, or --head-to-head P1,P2,... with at least two policies")
+    if policy is not None and contenders:
+        raise ConfigError("give either --policy or --head-to-head, not both")
+    if contenders and len(contenders) < 2:
+        raise ConfigError(f"--head-to-head needs at least two policies, got {contenders}")
+    loaded: list[Policy] = []
+    try:
+        for spec in contenders or [policy]:
+            loaded.append(load_policy(spec, game or (loaded[0].game if loaded else None), backend=backend))
+        first = loaded[0]
+        if contenders:
+            report, shown = head_to_head(loaded, games_per_opponent, seed, bootstrap, transcripts)
+        else:
+            chosen = _split(opponents) or opponent_names(first.game)
+            allowed = opponent_names(first.game)
+            unknown = [name for name in chosen if name not in allowed]
+            if unknown:
+                raise ConfigError(
+                    f"--opponents: {', '.join(unknown)} not available for {first.game} (allowed: {', '.join(allowed)})"
+                )
+            report, shown = evaluate_policy(
+                first, chosen, games_per_opponent, seed, samples_per_infoset, bootstrap, transcripts
+            )
+        target = out or _default_out(first, first.game, bool(contenders))
+        run_dir = Path(first.info.run_dir) if not contenders and first.info.run_dir is not None else None
+        write_report(report, target, shown, run_dir)
+    finally:
+        for item in loaded:
+            item.close()
+    typer.echo((target / "eval.md").read_text(), nl=False)
+    typer.echo(f"\nwritten to {target}")
+    return target

@@ -1,0 +1,63 @@
+"""`strat play`: a game in the terminal against a scripted opponent or a trained policy.
+
+The games and the policies are imported inside the verb: `strat --help` registers every verb."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from strat.errors import UserError
+
+
+def play(
+    game: Annotated[str, typer.Option(help="Game to play.")] = "kuhn_poker",
+    opponent: Annotated[
+        str, typer.Option(help="Scripted opponent (random, heuristic, equilibrium, minimax), or a checkpoint or run dir.")
+    ] = "random",
+    seat: Annotated[int, typer.Option(help="Your seat (0 moves first).")] = 0,
+    seed: Annotated[int | None, typer.Option(help="Seed of the deal and the opponent.")] = None,
+    show_reasoning: Annotated[bool, typer.Option(help="Show a trained opponent's reasoning after each move.")] = False,
+) -> None:
+    """Play a game in the terminal against an opponent, seeing the text the model sees."""
+    import games
+    from games.opponents import opponent_names
+    from games.play import play as play_game
+
+    if game not in games.names():
+        raise UserError(f"unknown game {game!r} (allowed: {', '.join(games.names())})")
+    if opponent in opponent_names(game):
+        play_game(game, opponent=opponent, seed=seed, human_seat=seat)
+        return
+    if not Path(opponent).exists():
+        raise UserError(
+            f"opponent {opponent!r} is neither a scripted opponent for {game} "
+            f"({', '.join(opponent_names(game))}) nor a checkpoint or run directory"
+        )
+    from strat.eval.policies import load_policy
+
+    policy = load_policy(opponent, game)
+    play_game(game, opponent=opponent, seed=seed, human_seat=seat, bot=_PolicyOpponent(policy, seed, show_reasoning))
+
+
+class _PolicyOpponent:
+    """A trained policy behind the games' opponent interface, for `strat play`."""
+
+    def __init__(self, policy, seed: int | None, show_reasoning: bool) -> None:
+        self.policy = policy
+        self.name = policy.info.name
+        self.seed = seed if seed is not None else 0
+        self.show_reasoning = show_reasoning
+        self.moves = 0
+
+    def act(self, env, agent: str) -> int:
+        move = self.policy.moves([(env, agent)], self.seed + self.moves)[0]
+        self.moves += 1
+        if self.show_reasoning and move.response is not None:
+            sections = {k: v for k, v in vars(move.response.sections).items() if v is not None}
+            typer.echo(f"\n[{agent} reasoning]\n" + "\n".join(f"  {k}: {v}" for k, v in sections.items()))
+        if not move.decision.valid:
+            typer.echo(f"[{agent} wrote no legal action; it plays {move.decision.action_name} as the fallback]")
+        return move.decision.action

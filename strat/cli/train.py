@@ -1,0 +1,89 @@
+"""`strat check`, `strat init-model`, `strat sft`, `strat train`: a config, a model, a warm start and a run.
+
+Games, torch, Ray and the trainer are imported inside each verb: they cost seconds, and `strat --help`
+registers every verb."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from strat.cli.app import ConfigArg, OverridesArg, load
+from strat.config import to_yaml
+from strat.errors import UserError
+
+
+def check(config: ConfigArg, overrides: OverridesArg = None) -> None:
+    """Validate a config and print the resolved result (every default filled in)."""
+    resolved = load(config, overrides)
+    typer.echo(to_yaml(resolved), nl=False)
+
+
+def init_model(
+    game: Annotated[str, typer.Option(help="Game whose text the tokenizer is trained on.")] = "kuhn_poker",
+    out: Annotated[Path, typer.Option(help="Output directory (Hugging Face format, safetensors).")] = Path(
+        "models/tiny_kuhn_poker"
+    ),
+    seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+) -> None:
+    """Build a tiny Qwen2-architecture model offline: tokenizer from the game's text, random weights."""
+    import games
+    from strat.model import tiny as tiny_model
+
+    if game not in games.names():
+        raise UserError(f"unknown game {game!r} (allowed: {', '.join(games.names())})")
+    path = tiny_model.build(game, out, seed=seed)
+    typer.echo(f"tiny model for {game} (seed {seed}) written to {path}")
+
+
+def sft(
+    config: ConfigArg,
+    overrides: OverridesArg = None,
+    out: Annotated[Path | None, typer.Option(help="Output directory (default: the shared cache, reused by train).")] = None,
+) -> None:
+    """Warm start: fine-tune the config's model on templated-reasoning transcripts of weak scripted play."""
+    from strat.model.warmstart import ensure_warm, warm_start
+    from strat.train.settings import base_model_path, warm_start_settings
+
+    resolved = load(config, overrides)
+    base = base_model_path(resolved)
+    settings = warm_start_settings(resolved)
+    if out is None:
+        path = ensure_warm(base, resolved.game.name, settings)
+        typer.echo(f"warm-started model: {path}")
+    else:
+        figures = warm_start(base, out, resolved.game.name, settings)
+        typer.echo(f"warm-started model written to {out}: " + ", ".join(f"{k}={v:.4g}" for k, v in figures.items()))
+
+
+def train(
+    config: Annotated[Path | None, typer.Argument(help="Experiment YAML file (omit with --resume).")] = None,
+    overrides: OverridesArg = None,
+    address: Annotated[str | None, typer.Option(help="Join a running Ray cluster (default: start a local one).")] = None,
+    resume: Annotated[Path | None, typer.Option(help="Continue a run directory from its last complete checkpoint.")] = None,
+) -> None:
+    """Run Strat-Reasoner training: rollout, comparison, advantage, update, weight sync, eval, checkpoints."""
+    from strat.cli.progress import TrainProgress
+    from strat.train.trainer import train as run_training
+
+    extra = list(overrides or [])
+    if resume is not None and config is not None:
+        if "=" not in str(config):
+            raise UserError("give either a CONFIG file or --resume RUN_DIR (a resumed run uses its saved config)")
+        extra.insert(0, str(config))
+        config = None
+    if config is None and resume is None:
+        raise UserError("train needs a CONFIG file or --resume RUN_DIR")
+    with TrainProgress() as progress:
+        progress.show_logs()
+        run_dir, records = run_training(
+            str(config) if config is not None else None,
+            extra,
+            address=address,
+            resume=str(resume) if resume is not None else None,
+            on_start=progress.start,
+            on_step=progress.update,
+        )
+    progress.summary(run_dir, records)

@@ -1,0 +1,125 @@
+"""A policy's evaluation: against scripted opponents in every seat (returns, win rates, exploitability, format
+validity, reasoning accuracy), or several policies head to head (payoff matrix, Elo)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import games
+from strat.algorithm.comparison import ComparisonWeights, score_episodes
+from strat.algorithm.records import Episode, ScoredEpisode
+from strat.errors import ConfigError
+from strat.eval.exploitability import EXPLOITABLE_GAMES
+from strat.eval.policies import Policy, ScriptedPolicy, play_games, seat_rotations
+from strat.eval.report import EvalReport
+from strat.eval.stats import cot_result, head_to_head_result, match_result, validity
+from strat.train.rollout import derive_seed
+
+
+def evaluate_policy(
+    policy: Policy,
+    opponents: Sequence[str],
+    num_games: int,
+    seed: int = 0,
+    samples_per_infoset: int = 16,
+    bootstrap: int = 200,
+    transcripts: int = 4,
+) -> tuple[EvalReport, list[ScoredEpisode]]:
+    """`policy` against each scripted opponent (`num_games` each, seats rotated over the same deals), plus
+    its exploitability on poker games; returns the report and a few scored games per opponent to show."""
+
+    game, options = policy.game, policy.game_options
+    num_players = games.spec(game, **options).num_players
+    players: list[Policy] = [policy, *(ScriptedPolicy(name, game, options) for name in opponents)]
+    tables = [
+        table
+        for index, name in enumerate(opponents, start=1)
+        for table in seat_rotations(f"{policy.name} vs {name}", 0, index, num_players, num_games, seed)
+    ]
+    episodes = play_games(game, options, players, tables, derive_seed(seed, "play"))
+    by_opponent = {name: [e for e in episodes if e.group_id == f"{policy.name} vs {name}"] for name in opponents}
+    scored = score_episodes(episodes, ComparisonWeights()) if policy.is_llm else []
+    notes = []
+    exploitability = None
+    if game in EXPLOITABLE_GAMES and (not policy.is_llm or samples_per_infoset > 0):
+        exploitability = policy.exploitability(samples_per_infoset, derive_seed(seed, "exploitability"), bootstrap)
+    elif game in EXPLOITABLE_GAMES:
+        notes.append("exploitability skipped: --samples-per-infoset 0")
+    report = EvalReport(
+        game=game,
+        game_options=dict(options),
+        seed=seed,
+        policies=(policy.info,),
+        matches=tuple(match_result(name, by_opponent[name]) for name in opponents),
+        exploitability=exploitability,
+        validity=validity(episodes),
+        cot=cot_result(scored),
+        notes=tuple(notes),
+    )
+    shown = scored or [ScoredEpisode(e) for e in episodes]
+    return report, _first_per_group(shown, transcripts)
+
+
+def head_to_head(
+    policies: Sequence[Policy], num_games: int, seed: int = 0, bootstrap: int = 200, transcripts: int = 2
+) -> tuple[EvalReport, list[ScoredEpisode]]:
+    """Every pair of `policies` over the same deals in both seats: payoff matrix and Elo ratings."""
+
+    game, options = policies[0].game, policies[0].game_options
+    for other in policies[1:]:
+        if (other.game, other.game_options) != (game, options):
+            raise ConfigError(
+                f"head to head: {other.name} plays {other.game} {other.game_options}, {policies[0].name} plays "
+                f"{game} {options}"
+            )
+    num_players = games.spec(game, **options).num_players
+    if num_players != 2:
+        raise ConfigError(f"head to head needs a two-player game; {game} with {options} has {num_players} players")
+    names = _unique_names([p.name for p in policies])
+    pairs = [(i, j) for i in range(len(policies)) for j in range(i + 1, len(policies))]
+    tables = [
+        table
+        for i, j in pairs
+        for table in seat_rotations(f"{names[i]} vs {names[j]}", i, j, num_players, num_games, seed)
+    ]
+    episodes = play_games(game, options, policies, tables, derive_seed(seed, "play"))
+    grouped: dict[tuple[int, int], list[Episode]] = {pair: [] for pair in pairs}
+    labels = {f"{names[i]} vs {names[j]}": (i, j) for i, j in pairs}
+    for episode in episodes:
+        grouped[labels[episode.group_id]].append(episode)
+    # Transcripts score the reasoning of whichever seats an LLM plays.
+    seats = {table.episode_id: table.seats for table in tables}
+    llm_episodes = [
+        dataclasses.replace(e, ego_agents=tuple(a for a, s in zip(e.agents, seats[e.episode_id]) if policies[s].is_llm))
+        for e in episodes
+        if any(policies[s].is_llm for s in seats[e.episode_id])
+    ]
+    scored = score_episodes(llm_episodes, ComparisonWeights()) if llm_episodes else []
+    report = EvalReport(
+        game=game,
+        game_options=dict(options),
+        seed=seed,
+        policies=tuple(p.info for p in policies),
+        head_to_head=head_to_head_result(names, grouped, seed=seed, bootstrap=bootstrap),
+    )
+    shown = scored or [ScoredEpisode(e) for e in episodes]
+    return report, _first_per_group(shown, transcripts)
+
+
+def _unique_names(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return out
+
+
+def _first_per_group(scored: Sequence[ScoredEpisode], count: int) -> list[ScoredEpisode]:
+    kept: dict[str, list[ScoredEpisode]] = {}
+    for item in scored:
+        group = kept.setdefault(item.episode.group_id, [])
+        if len(group) < count:
+            group.append(item)
+    return [item for group in kept.values() for item in group]

@@ -1,0 +1,405 @@
+"""Policies that play a game, scripted or an LLM from a checkpoint, behind one interface, and the loop
+that plays any of them against each other: every pending decision of a round goes to its policy in
+one batch, so an LLM sees one generation call per round."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+import games
+from games.base import TextGameEnv
+from games.opponents import make_opponent, opponent_names
+from strat.algorithm.reasoning import Decision, build_messages, decide, parse_response, user_prompt
+from strat.algorithm.records import Episode, ParsedResponse, Turn
+from strat.config import ExperimentConfig, from_dict
+from strat.engines import build_engine
+from strat.engines.base import Generation, SamplingParams
+from strat.errors import ConfigError
+from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability, exact_estimate
+from strat.model import checkpoint as checkpoints
+from strat.train.rollout import Encode, Generate, RolloutRunner, RolloutSettings, derive_seed
+from strat.train.settings import rollout_settings
+
+Located = Sequence[tuple[TextGameEnv, str]]
+"""(env at a decision, agent to act) pairs."""
+
+OBSERVATION_DEPTH = 2
+"""The prompt depth whose user message is recorded as each turn's observation (it names the private information)."""
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    """What a report says about a policy: its name, kind, and for an LLM where it came from and its format."""
+
+    name: str
+    kind: str
+    """`scripted` or `llm`."""
+    checkpoint: str | None = None
+    step: int | None = None
+    run_dir: str | None = None
+    backend: str | None = None
+    depth: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_new_tokens: int | None = None
+    format_penalty: float | None = None
+
+
+@dataclass(frozen=True)
+class Move:
+    """What a policy played at one decision and, for an LLM, the response behind it."""
+
+    decision: Decision
+    response: ParsedResponse | None = None
+    response_text: str = ""
+    prompt_token_ids: tuple[int, ...] = ()
+    response_token_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+
+
+class Policy(ABC):
+    """A player for any seat of one game."""
+
+    info: PolicyInfo
+    game: str
+    game_options: dict[str, object]
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def is_llm(self) -> bool:
+        return self.info.kind == "llm"
+
+    @abstractmethod
+    def moves(self, located: Located, seed: int) -> list[Move]:
+        """One move for each (env, agent to act), decided together; reproducible from `seed`."""
+
+    @abstractmethod
+    def exploitability(self, samples_per_infoset: int, seed: int, bootstrap: int) -> ExploitabilityEstimate:
+        """The policy's exploitability in its game (Kuhn and Leduc poker)."""
+
+    def close(self) -> None:
+        """Free what the policy holds (an LLM's engine)."""
+
+
+class ScriptedPolicy(Policy):
+    """A scripted player of `games.opponents`; it knows its action distribution, so its exploitability is exact."""
+
+    def __init__(self, name: str, game: str, game_options: dict[str, object] | None = None) -> None:
+        self.game, self.game_options = game, dict(game_options or {})
+        self.info = PolicyInfo(name=name, kind="scripted")
+        self._opponent = make_opponent(name, game, seed=0, **self.game_options)
+
+    def action_probs(self, env: TextGameEnv, agent: str) -> dict[int, float]:
+        return self._opponent.action_probs(env, agent)
+
+    def moves(self, located: Located, seed: int) -> list[Move]:
+        out = []
+        for index, (env, agent) in enumerate(located):
+            probs = self.action_probs(env, agent)
+            action = random.Random(derive_seed(seed, index)).choices(list(probs), weights=list(probs.values()))[0]
+            out.append(Move(Decision(action, env.action_name(action, agent), True, False, None)))
+        return out
+
+    def exploitability(self, samples_per_infoset: int, seed: int, bootstrap: int) -> ExploitabilityEstimate:
+        return exact_estimate(self.game, self.action_probs, self.game_options)
+
+
+class LLMPolicy(Policy):
+    """An LLM playing in its run's reasoning format; exploitability is sampled through the rollout path."""
+
+    def __init__(
+        self,
+        info: PolicyInfo,
+        settings: RolloutSettings,
+        encode: Encode,
+        generate: Generate,
+        close: Callable[[], None] | None = None,
+    ) -> None:
+        self.info, self.settings = info, settings
+        self.game, self.game_options = settings.game, dict(settings.game_options)
+        self.encode, self.generate = encode, generate
+        self._close = close
+
+    @classmethod
+    def from_checkpoint(
+        cls, checkpoint: Path, config: ExperimentConfig, backend: str = "hf", name: str | None = None,
+        step: int | None = None, run_dir: Path | None = None, max_batch: int = 256,
+    ) -> LLMPolicy:
+        """The model in `checkpoint` on a `backend` engine, in the format of its run's `config`."""
+        engine_config = config.engine
+        engine = build_engine(
+            backend,
+            checkpoint,
+            dtype=engine_config.dtype,
+            max_model_len=engine_config.max_model_len,
+            kv_cache_bytes=engine_config.kv_cache_bytes,
+            gpu_memory_utilization=engine_config.gpu_memory_utilization,
+            seed=config.run.seed,
+            trust_remote_code=config.model.trust_remote_code,
+        )
+        settings = rollout_settings(config)
+        info = PolicyInfo(
+            name=name or checkpoint.name,
+            kind="llm",
+            checkpoint=str(checkpoint),
+            step=step,
+            run_dir=str(run_dir) if run_dir is not None else None,
+            backend=backend,
+            depth=settings.depth,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            max_new_tokens=settings.max_tokens,
+            format_penalty=settings.format_penalty,
+        )
+        return cls(info, settings, engine.encode_chat, chunked(engine.generate, max_batch), engine.close)
+
+    def moves(self, located: Located, seed: int) -> list[Move]:
+        settings = self.settings
+        prompts = [self.encode(build_messages(env, agent, settings.depth)) for env, agent in located]
+        params = SamplingParams(
+            max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p, seed=seed
+        )
+        out = []
+        for index, ((env, agent), prompt, generation) in enumerate(
+            zip(located, prompts, self.generate(prompts, params), strict=True)
+        ):
+            parsed = parse_response(generation.text, settings.depth)
+            rng = random.Random(derive_seed(seed, index, "fallback"))
+            out.append(
+                Move(
+                    decide(parsed, env, agent, rng, settings.format_penalty),
+                    parsed,
+                    generation.text,
+                    tuple(prompt),
+                    tuple(generation.token_ids),
+                    tuple(generation.logprobs),
+                )
+            )
+        return out
+
+    def exploitability(self, samples_per_infoset: int, seed: int, bootstrap: int) -> ExploitabilityEstimate:
+        runner = RolloutRunner(self.settings, self.encode, self.generate)
+        return estimate_exploitability(
+            self.game,
+            lambda located, n: runner.sample_actions(located, n, seed),
+            samples_per_infoset,
+            seed=seed,
+            bootstrap=bootstrap,
+            options=self.game_options,
+        )
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+
+
+def chunked(generate: Generate, max_batch: int) -> Generate:
+    """`generate` in batches of at most `max_batch` prompts; each chunk samples from its own seed."""
+
+    def run(prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        if len(prompts) <= max_batch:
+            return generate(prompts, params)
+        out: list[Generation] = []
+        for chunk, start in enumerate(range(0, len(prompts), max_batch)):
+            seed = derive_seed(params.seed, chunk) if params.seed is not None else None
+            out.extend(generate(prompts[start : start + max_batch], dataclasses.replace(params, seed=seed)))
+        return out
+
+    return run
+
+
+# --- loading a policy from the command line ------------------------------------------------------
+
+
+def load_policy(
+    spec: str, game: str | None, game_options: dict[str, object] | None = None, backend: str = "hf"
+) -> Policy:
+    """A policy from a scripted name, a checkpoint directory, or a run directory (its latest checkpoint).
+
+    An LLM plays in its run's reasoning format (`config.yaml` next to `checkpoints/`); the run's game is
+    used when `game` is None, and a different `game` is an error.
+    """
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        if game is None:
+            raise ConfigError(
+                f"--policy={spec!r}: a scripted policy needs --game (allowed: {', '.join(games.names())})"
+            )
+        _check_game(game)
+        allowed = opponent_names(game)
+        if spec not in allowed:
+            raise ConfigError(
+                f"--policy={spec!r}: not a checkpoint or run directory, nor a scripted policy for {game} "
+                f"(scripted: {', '.join(allowed)})"
+            )
+        return ScriptedPolicy(spec, game, game_options)
+    checkpoint, step, run_dir = resolve_checkpoint(path)
+    config = _run_config(checkpoint, run_dir, game, game_options)
+    name = f"{run_dir.name}@{step}" if run_dir is not None and step is not None else checkpoint.name
+    return LLMPolicy.from_checkpoint(checkpoint, config, backend=backend, name=name, step=step, run_dir=run_dir)
+
+
+def resolve_checkpoint(path: Path) -> tuple[Path, int | None, Path | None]:
+    """(model directory, step, run directory) for a run directory, a checkpoint or a bare model directory."""
+    if (path / "checkpoints").is_dir() or ((path / "config.yaml").is_file() and not (path / "config.json").is_file()):
+        latest = checkpoints.latest(path)
+        if latest is None:
+            raise ConfigError(f"--policy={str(path)!r}: the run directory has no complete checkpoint yet")
+        return latest.path, latest.step, path
+    if not (path / "config.json").is_file():
+        raise ConfigError(
+            f"--policy={str(path)!r}: not a run directory (config.yaml, checkpoints/) "
+            "nor a model directory (config.json)"
+        )
+    step = None
+    if path.name.startswith("step_") and path.name[len("step_") :].isdigit():
+        if not (path / checkpoints.COMPLETE).is_file():
+            raise ConfigError(
+                f"--policy={str(path)!r}: the checkpoint is incomplete (no {checkpoints.COMPLETE} marker)"
+            )
+        step = int(path.name[len("step_") :])
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+    return path, step, run_dir
+
+
+def _run_config(
+    checkpoint: Path, run_dir: Path | None, game: str | None, game_options: dict[str, object] | None
+) -> ExperimentConfig:
+    """The run's resolved config with the model pointed at `checkpoint`; the defaults for a bare model."""
+    tree: dict = {}
+    saved = run_dir / "config.yaml" if run_dir is not None else None
+    if saved is not None and saved.is_file():
+        tree = yaml.safe_load(saved.read_text()) or {}
+    tree.setdefault("model", {})["path"] = str(checkpoint)
+    game_tree = tree.setdefault("game", {})
+    if game is not None:
+        _check_game(game)
+        trained = game_tree.get("name")
+        if saved is not None and trained not in (None, game):
+            raise ConfigError(f"--game={game!r}: the checkpoint was trained on {trained}; evaluate it on {trained}")
+        game_tree["name"] = game
+    if game_options:
+        game_tree["options"] = dict(game_options)
+    return from_dict(tree)
+
+
+def _check_game(game: str) -> None:
+    if game not in games.names():
+        raise ConfigError(f"--game={game!r}: unknown game (allowed: {', '.join(games.names())})")
+
+
+# --- playing games ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Table:
+    """One game to play: its deal, the policy (an index) in each seat, and the seats being evaluated."""
+
+    episode_id: str
+    label: str
+    """The matchup, kept as the episode's group id (e.g. "ckpt vs random")."""
+    deal_seed: int
+    seats: tuple[int, ...]
+    ego_seats: tuple[int, ...]
+
+
+def play_games(
+    game: str, game_options: dict[str, object], policies: Sequence[Policy], tables: Sequence[Table], seed: int
+) -> list[Episode]:
+    """Play every table to the end; each round sends each policy all of its pending decisions at once.
+
+    A turn's `prompt_text` holds what the acting agent saw (the user message of a depth-2 prompt:
+    observation with its private information, history, legal actions), for transcripts.
+    """
+    envs = []
+    for table in tables:
+        env = games.make(game, **game_options)
+        env.reset(seed=table.deal_seed)
+        envs.append(env)
+    turns: list[list[Turn]] = [[] for _ in tables]
+    round_index = 0
+    while True:
+        pending: dict[int, list[int]] = {}
+        for index, env in enumerate(envs):
+            if not _finished(env):
+                seat = env.possible_agents.index(env.agent_selection)
+                pending.setdefault(tables[index].seats[seat], []).append(index)
+        if not pending:
+            break
+        for policy_index, indices in sorted(pending.items()):
+            located = [(envs[i], envs[i].agent_selection) for i in indices]
+            observations = [user_prompt(env, agent, OBSERVATION_DEPTH) for env, agent in located]
+            moves = policies[policy_index].moves(located, derive_seed(seed, round_index, policy_index))
+            for i, (env, agent), observation, move in zip(indices, located, observations, moves, strict=True):
+                decision = move.decision
+                turns[i].append(
+                    Turn(
+                        episode_id=tables[i].episode_id,
+                        agent=agent,
+                        turn_index=len(turns[i]),
+                        action=decision.action,
+                        action_name=decision.action_name,
+                        valid=decision.valid,
+                        fallback_used=decision.fallback_used,
+                        penalty=decision.penalty,
+                        response=move.response,
+                        prompt_text=observation,
+                        response_text=move.response_text,
+                        prompt_token_ids=move.prompt_token_ids,
+                        response_token_ids=move.response_token_ids,
+                        behaviour_logprobs=move.logprobs,
+                    )
+                )
+                env.step(decision.action)
+                _skip_done(env)
+        round_index += 1
+    return [
+        Episode(
+            episode_id=table.episode_id,
+            group_id=table.label,
+            seed=table.deal_seed,
+            game=game,
+            agents=tuple(env.possible_agents),
+            ego_agents=tuple(env.possible_agents[seat] for seat in table.ego_seats),
+            turns=tuple(played),
+            returns={agent: float(value) for agent, value in env.returns().items()},
+            private_info={agent: env.private_info(agent) for agent in env.possible_agents},
+        )
+        for table, env, played in zip(tables, envs, turns, strict=True)
+    ]
+
+
+def seat_rotations(
+    label: str, policy: int, opponent: int, num_players: int, num_games: int, seed: int
+) -> list[Table]:
+    """Tables for `policy` against `opponent` in every other seat: each deal is played once with `policy` in
+    each seat (so seat advantage cancels), `num_games` rounded up to whole rotations."""
+    deals = -(-num_games // num_players)
+    tables = []
+    for deal in range(deals):
+        deal_seed = derive_seed(seed, "deal", deal) % (2**31)
+        for seat in range(num_players):
+            seats = tuple(policy if s == seat else opponent for s in range(num_players))
+            tables.append(Table(f"{label}/d{deal}s{seat}", label, deal_seed, seats, (seat,)))
+    return tables
+
+
+def _finished(env: TextGameEnv) -> bool:
+    return not env.agents or all(env.terminations[a] or env.truncations[a] for a in env.agents)
+
+
+def _skip_done(env: TextGameEnv) -> None:
+    # PettingZoo: an agent that is done must step None before it leaves the game.
+    while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
+        env.step(None)
+

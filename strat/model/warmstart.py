@@ -1,0 +1,594 @@
+"""Supervised warm start: weak scripted play with templated Past-Present-Future reasoning, and a short SFT on it.
+
+The actions come from random (or heuristic) players, never the equilibrium, so the warm-started policy follows the
+response format without a good strategy; what it gains afterwards is the RL's doing. The reasoning text is written
+only from what the acting agent can see (its own private information and the public history), never hidden truth.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import games
+from games.bargaining import ITEMS
+from games.cards import rank_names
+from games.kuhn_poker import BET, PASS
+from games.leduc_poker import RAISE
+from games.liars_dice import face_word
+from games.opponents import make_opponent
+from strat.algorithm.reasoning import (
+    BELIEF_MARKER,
+    DEPTH_SECTIONS,
+    OWN_INFO_LEAD,
+    build_messages,
+    decide,
+    parse_response,
+    render_response,
+)
+from strat.algorithm.records import Sections
+from strat.config import WEAK_PLAYERS
+from strat.engines import SamplingParams, build_engine
+from strat.model.tiny import build_once, cache_dir
+
+if TYPE_CHECKING:
+    import torch
+
+    from games import TextGameEnv
+
+Messages = list[dict[str, str]]
+Example = tuple[Messages, str]
+"""(prompt messages, templated response) for one decision."""
+
+IGNORE_INDEX = -100
+"""Label of positions that get no loss (prompt and padding), as torch's cross-entropy expects."""
+# Bumped whenever training changes in a way the settings and transcripts do not capture (part of the cache key).
+WARM_VERSION = 1
+
+# --- templated reasoning -------------------------------------------------------------------------------------------
+
+_NO_MOVES = (
+    "No one has moved before me, so there is nothing to read yet.",
+    "I act before the others, so they have shown nothing yet.",
+    "There are no earlier moves to learn from.",
+)
+_PAST_LEAD = ("So far: {moves}", "What I have seen: {moves}", "The moves before mine: {moves}")
+_VIEW = (
+    "They will see {move}, and {reading}.",
+    "When they see {move}, {reading}.",
+    "My {move} tells them something: {reading}.",
+)
+_PLAN = ("I will play {action} {reason}.", "My move is {action}, {reason}.", "I choose {action} {reason}.")
+_REASONS = ("to see how they respond", "to keep them guessing", "to mix up my play", "to keep my options open")
+_BOARD_INTENT = (
+    "They may be building toward a line.",
+    "They are trying to take good cells.",
+    "They want a line of their own.",
+)
+_RECENT_MOVES = 3
+"""How many of the others' latest moves `<past>` repeats: enough to read intent, short in long board games."""
+
+
+def _variant(phrasings: Sequence[str], env: TextGameEnv) -> str:
+    """One of `phrasings`, chosen by how far the game has gone: varied across turns, but a function of what the
+    player sees, so that the policy's only free choices in a response are the ones that matter (move, guesses)."""
+    return phrasings[len(env.pyspiel_state.full_history()) % len(phrasings)]
+
+
+def _seat(agent: str) -> int:
+    return int(agent.rsplit("_", 1)[1])
+
+
+def _moves_of(env: TextGameEnv, seat: int) -> list[int]:
+    """The actions player `seat` has taken so far (public in every game here)."""
+    return [event.action for event in env.pyspiel_state.full_history() if event.player == seat]
+
+
+def _kuhn_guess(env: TextGameEnv, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
+    others = [rank for rank in rank_names(env.spec.num_players + 1) if rank != env.private_info(agent)]
+    moves = _moves_of(env, seat)
+    if BET in moves:
+        return "A bet or a call suggests a strong card.", others[-1]
+    if PASS in moves:
+        return "Checking or folding suggests a weak card.", others[0]
+    return "They have not acted yet.", rng.choice(others)
+
+
+def _leduc_guess(env: TextGameEnv, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
+    ranks = rank_names(env.spec.num_players + 1)
+    deals = 0
+    raised_late = raised = acted = False
+    for event in env.pyspiel_state.full_history():
+        if event.player < 0:
+            deals += 1
+        elif event.player == seat:
+            acted = True
+            raised |= event.action == RAISE
+            raised_late |= event.action == RAISE and deals > env.spec.num_players
+    public = env.public_card()
+    if raised_late and public is not None:
+        return "A raise after the public card suggests a pair.", ranks[public]
+    if raised:
+        return "A raise suggests a strong card.", ranks[-1]
+    if acted:
+        return "Only calling or checking suggests a middling card.", ranks[len(ranks) // 2]
+    return "They have not acted yet.", rng.choice(ranks)
+
+
+def _dice_guess(env: TextGameEnv, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
+    bids = [action for action in _moves_of(env, seat) if action != env.liar_action]
+    if bids:
+        face = env.bid(bids[-1])[1]
+        reason = f"Bidding on {face_word(face, 2)} suggests they hold some."
+    else:
+        face, reason = rng.randint(1, env.sides), "They have not bid yet."
+    return reason, " ".join([str(face)] * env.dice_per_player)
+
+
+def _bargaining_guess(env: TextGameEnv, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
+    pool = env.pool()
+    offers = [action for action in _moves_of(env, seat) if action != env.agree_action]
+    kinds = [k for k, count in enumerate(pool) if count]
+    if offers:
+        taken = env.offer(offers[-1])
+        best = max(taken[k] / pool[k] for k in kinds)
+        kinds = [k for k in kinds if taken[k] / pool[k] == best]
+        reason = "What they ask for most is probably worth the most to them."
+    else:
+        reason = "They have not proposed yet, so I assume even values."
+    value = 10 // sum(pool[k] for k in kinds)
+    return reason, " ".join(f"{item} {value if k in kinds else 0}" for k, item in enumerate(ITEMS))
+
+
+Guess = Callable[["TextGameEnv", str, int, random.Random], tuple[str, str]]
+_GUESSES: dict[str, Guess] = {
+    "kuhn_poker": _kuhn_guess,
+    "leduc_poker": _leduc_guess,
+    "liars_dice": _dice_guess,
+    "bargaining": _bargaining_guess,
+}
+"""Per game: (env, agent, opponent seat, rng) -> (why, guess of that opponent's private information)."""
+
+
+def _reading(env: TextGameEnv, agent: str, action: int) -> str:
+    """How the others might read `action`: the signal it sends, from public facts only."""
+    name, game = env.action_name(action, agent), env.spec.name
+    if game == "kuhn_poker":
+        facing = any(event.player >= 0 and event.action == BET for event in env.pyspiel_state.full_history())
+        if action == BET:
+            return "they may think my card is good enough to win" if facing else "they may take it for a strong card"
+        return "they will see that my card is weak" if facing else "they may take it for a weak or middling card"
+    if game == "leduc_poker":
+        return {"raise": "they may take it for a strong hand", "call": "they may take it for a middling hand"}.get(
+            name, "they will see that my hand is weak"
+        )
+    if game == "liars_dice":
+        if action == env.liar_action:
+            return "they will know that I doubt their bid"
+        return f"they may think I hold some {face_word(env.bid(action)[1], 2)}"
+    if game == "bargaining":
+        if action == env.agree_action:
+            return "they will see that their offer is good enough for me"
+        return "they may think I value most what I ask for"
+    if env.spec.perfect_information:
+        return "they may read it as an attempt to build my own line or to block theirs"
+    return "they will try to work out why I chose it"
+
+
+def _others_name(env: TextGameEnv, seat: int) -> str:
+    return "my opponent" if env.spec.num_players == 2 else f"player {seat}"
+
+
+def _own(env: TextGameEnv, agent: str) -> str:
+    """The player's own private information as the opening of a sentence ("" in perfect-information games)."""
+    private = env.private_info(agent)
+    return f"{OWN_INFO_LEAD} {private}. " if private else ""
+
+
+def _others_moves(env: TextGameEnv, agent: str) -> list[str]:
+    """What the others did or revealed so far, one sentence each, in the player's words."""
+    # history_text speaks to the agent ("You bet.", "Your opponent checked."); keep what the others did or revealed.
+    lines = [line for line in env.history_text(agent).splitlines() if line and not line.startswith("You ")]
+    return [("My" + line[4:]) if line.startswith("Your ") else line for line in lines]
+
+
+def _situation(env: TextGameEnv, agent: str) -> str:
+    """The player's own private information and the others' latest move, as the opening of a sentence: what the move
+    depends on, restated right before it ("" in perfect-information games)."""
+    own = _own(env, agent)
+    if not own:
+        return ""
+    moves = _others_moves(env, agent)
+    return own + (f"{moves[-1]} " if moves else "No one has moved yet. ")
+
+
+def _past(env: TextGameEnv, agent: str, rng: random.Random, with_belief: bool) -> str:
+    """The others' earlier moves in words and, for private-information games, a belief about each of them."""
+    lines = _others_moves(env, agent)[-_RECENT_MOVES:]
+    text = _variant(_PAST_LEAD, env).format(moves=" ".join(lines)) if lines else _variant(_NO_MOVES, env)
+    if env.spec.perfect_information:
+        return f"{text} {_variant(_BOARD_INTENT, env)}" if lines else text
+    if not with_belief:
+        return text
+    # Restating one's own private information first puts it next to the belief and the move that depend on it.
+    text = _own(env, agent) + text
+    game = env.spec.name
+    if game not in _GUESSES:
+        raise ValueError(f"no belief rule for game {game!r}; games with one: {sorted(_GUESSES)}")
+    me = _seat(agent)
+    seats = [seat for seat in range(env.spec.num_players) if seat != me]
+    guesses = [(seat, *_GUESSES[game](env, agent, seat, rng)) for seat in seats]
+    if len(seats) == 1:
+        _, why, guess = guesses[0]
+        return f"{text} {why}\n{BELIEF_MARKER} {guess}"
+    why = " ".join(f"For {_others_name(env, seat)}: {reason}" for seat, reason, _ in guesses)
+    belief = "; ".join(f"player {seat} {guess}" for seat, _, guess in guesses)
+    return f"{text} {why}\n{BELIEF_MARKER} {belief}"
+
+
+def _predict(env: TextGameEnv, agent: str, action: int, rng: random.Random) -> str:
+    """A legal action of the next other agent to act after `action`, or "none" when the game ends first."""
+    future = env.clone()
+    future.step(action)
+    # If the agent acts again before anyone else (a new betting round), play on at random to reach the others.
+    while not future.pyspiel_state.is_terminal() and future.agent_selection == agent:
+        future.step(rng.choice(future.legal_actions()))
+    if future.pyspiel_state.is_terminal():
+        return "none"
+    return rng.choice(future.legal_action_names())
+
+
+def templated_response(env: TextGameEnv, agent: str, action: int, depth: int, rng: random.Random) -> str:
+    """A well-formed response of `depth` for `agent` playing `action`, written only from what `agent` can see."""
+    name = env.action_name(action, agent)
+    past = _past(env, agent, rng, with_belief="past" in DEPTH_SECTIONS[depth])
+    plan = _variant(_PLAN, env).format(action=name, reason=_variant(_REASONS, env))
+    if depth == 0:
+        return render_response(Sections(think=f"{past} {plan}", action=name), depth)
+    # The move is first named in <their_view> (depth 2) or <plan> (depth 1); restating one's own private information
+    # and the others' latest move right before it keeps what the move depends on next to it.
+    situation = _situation(env, agent)
+    their_view = None
+    if depth >= 2:
+        their_view = situation + _variant(_VIEW, env).format(move=name, reading=_reading(env, agent, action))
+    elif depth == 1:
+        plan = situation + plan
+    return render_response(
+        Sections(past=past, their_view=their_view, plan=plan, predict=_predict(env, agent, action, rng), action=name),
+        depth,
+    )
+
+
+def _check_player(player: str) -> None:
+    if player not in WEAK_PLAYERS:
+        raise ValueError(f"warm-start player {player!r} is not allowed (allowed: {', '.join(WEAK_PLAYERS)})")
+
+
+def transcripts(game: str, depth: int, episodes: int, seed: int, player: str = "random") -> list[Example]:
+    """(prompt messages, templated response) at every decision of `episodes` games of weak scripted self-play.
+
+    Deterministic for a seed: deals, the players' choices and the template phrasing each have their own seeded stream.
+    """
+    _check_player(player)
+    env = games.make(game)
+    phrasing = random.Random(seed)
+    examples: list[Example] = []
+    for episode in range(episodes):
+        env.reset(seed=seed * 1_000_003 + episode)
+        players = {
+            agent: make_opponent(player, game, seed=(seed * 1_000_003 + episode) * 16 + seat)
+            for seat, agent in enumerate(env.possible_agents)
+        }
+        while not env.pyspiel_state.is_terminal():
+            agent = env.agent_selection
+            action = players[agent].act(env, agent)
+            response = templated_response(env, agent, action, depth, phrasing)
+            examples.append((build_messages(env, agent, depth), response))
+            env.step(action)
+    return examples
+
+
+# --- supervised training -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    """The warm start's data and optimisation; every field is part of the cache key."""
+
+    episodes: int = 800
+    """Games of scripted play whose decisions become the training examples (Kuhn poker: ~2.2 decisions a game)."""
+    epochs: int = 3
+    """Passes over the examples."""
+    lr: float = 1e-2
+    """Peak AdamW learning rate (linear warm-up, then cosine decay to a tenth of it)."""
+    batch_size: int = 4
+    """Examples per optimizer step: small, since on CPU the number of steps, not their size, is what teaches."""
+    max_seconds: float = 300.0
+    """Stop training after this long even if epochs remain: a guard for very slow machines, not the normal end."""
+    seed: int = 0
+    """Seeds the transcripts and the example order."""
+    depth: int = 2
+    """Reasoning depth of the prompts and responses."""
+    player: str = "random"
+    """The scripted player in every seat: one of WEAK_PLAYERS."""
+
+    def __post_init__(self) -> None:
+        _check_player(self.player)
+        if self.depth not in DEPTH_SECTIONS:
+            raise ValueError(f"warm-start depth {self.depth!r} is not supported (allowed: {sorted(DEPTH_SECTIONS)})")
+        for name in ("episodes", "epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"warm-start {name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0 or not self.max_seconds > 0:
+            raise ValueError(f"warm-start lr and max_seconds must be > 0, got {self.lr} and {self.max_seconds}")
+
+
+def _token_ids(encoded: object) -> list[int]:
+    """Token ids from a tokenizer call, which returns a list or a BatchEncoding depending on the version."""
+    if isinstance(encoded, Mapping):
+        encoded = encoded["input_ids"]
+    return list(encoded)
+
+
+def encode_example(tokenizer, messages: Messages, response: str) -> tuple[list[int], list[int]]:
+    """(input ids, labels): the chat prompt then the response and end-of-turn token; labels are IGNORE_INDEX on the
+    prompt, so only the response is learned."""
+    prompt = _token_ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+    target = _token_ids(tokenizer(response, add_special_tokens=False)) + [tokenizer.eos_token_id]
+    return prompt + target, [IGNORE_INDEX] * len(prompt) + target
+
+
+def collate(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded input ids, attention mask and labels (IGNORE_INDEX on padding) for a batch."""
+    width = max(len(ids) for ids, _ in encoded)
+    input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(encoded), width), IGNORE_INDEX, dtype=torch.long)
+    attention = torch.zeros((len(encoded), width), dtype=torch.long)
+    for row, (ids, target) in enumerate(encoded):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        labels[row, : len(ids)] = torch.tensor(target)
+        attention[row, : len(ids)] = 1
+    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+
+
+def _shared_prefix(batch: Mapping[str, torch.Tensor]) -> int:
+    """Leading columns that are the same prompt tokens in every row (the system prompt), less one so that the first
+    token after them is still predicted inside the graph."""
+    ids, labels = batch["input_ids"], batch["labels"]
+    same = (ids == ids[:1]).all(dim=0) & (labels == IGNORE_INDEX).all(dim=0)
+    differing = (~same).nonzero()
+    length = int(differing[0]) if len(differing) else ids.shape[1]
+    return max(0, length - 1)
+
+
+def _response_loss(model, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-token cross-entropy over the labelled (response) tokens of the batch.
+
+    The prompt prefix shared by every row carries no loss, so it is encoded once, without gradient, and reused as the
+    KV cache of each row: the same loss at a fraction of the cost on CPU (prompts are mostly the system prompt).
+    """
+    ids, shared = batch["input_ids"], _shared_prefix(batch)
+    cache = None
+    if shared:
+        with torch.no_grad():
+            cache = model(input_ids=ids[:1, :shared], use_cache=True).past_key_values
+        cache.batch_repeat_interleave(ids.shape[0])
+    positions = torch.arange(shared, ids.shape[1]).expand(ids.shape[0], -1)
+    logits = model(
+        input_ids=ids[:, shared:],
+        attention_mask=batch["attention_mask"],
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=cache is not None,
+    ).logits[:, :-1]
+    targets = batch["labels"][:, shared + 1 :]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def _lr_factor(step: int, total: int) -> float:
+    warmup = max(1, total // 20)
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _save_atomically(model, tokenizer, out_dir: Path, info: dict[str, object]) -> None:
+    """Write the model directory to a staging folder beside `out_dir`, then move it into place."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / "strat_warm.json").write_text(json.dumps(info, indent=2, sort_keys=True))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.rename(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _train(
+    model_dir: Path, out_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]
+) -> dict[str, float]:
+    """Fine-tune on `examples` and save to `out_dir`; the figures that warm_start returns."""
+    with _warm_start_threads(torch):
+        return _fit(model_dir, out_dir, game, settings, examples)
+
+
+@contextlib.contextmanager
+def _warm_start_threads(torch):  # noqa: ANN001, ANN202  (torch is imported lazily)
+    """Two torch intra-op threads when the process may use two cores or more, for the warm start only, then as
+    they were. It runs before the actors start, alone: on a 2-core box two threads fit the tiny model 1.33x faster
+    than the process-wide one (same losses); more threads were not measured."""
+    previous = torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(max(previous, min(cores, 2)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _fit(
+    model_dir: Path, out_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]
+) -> dict[str, float]:
+    start = time.monotonic()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
+    model.train()
+    encoded = [encode_example(tokenizer, messages, response) for messages, response in examples]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.0)
+    per_epoch = math.ceil(len(encoded) / settings.batch_size)
+    total = per_epoch * settings.epochs
+    order = torch.Generator().manual_seed(settings.seed)
+    losses: list[float] = []
+    stopped_early = False
+    for _ in range(settings.epochs):
+        permutation = torch.randperm(len(encoded), generator=order).tolist()
+        for first in range(0, len(encoded), settings.batch_size):
+            if time.monotonic() - start > settings.max_seconds:
+                stopped_early = True
+                break
+            batch = collate([encoded[i] for i in permutation[first : first + settings.batch_size]], pad_id)
+            for group in optimizer.param_groups:
+                group["lr"] = settings.lr * _lr_factor(len(losses), total)
+            loss = _response_loss(model, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            losses.append(loss.item())
+        if stopped_early:
+            break
+    model.eval()
+    if stopped_early:
+        warnings.warn(
+            f"warm start of {game} stopped after {settings.max_seconds} s at step {len(losses)} of {total}; "
+            "raise max_seconds for the full run",
+            stacklevel=3,
+        )
+    tail = losses[-max(1, len(losses) // 10) :]
+    figures = {
+        "examples": float(len(encoded)),
+        "steps": float(len(losses)),
+        "first_loss": losses[0] if losses else float("nan"),
+        "final_loss": sum(tail) / len(tail) if tail else float("nan"),
+        "stopped_early": float(stopped_early),
+        "seconds": time.monotonic() - start,
+    }
+    _save_atomically(model, tokenizer, out_dir, {"game": game, "settings": asdict(settings), "figures": figures})
+    return figures
+
+
+def warm_start(model_dir: Path, out_dir: Path, game: str, settings: WarmStartSettings) -> dict[str, float]:
+    """Fine-tune the model in `model_dir` on templated transcripts of `game` (loss on response tokens only) and save it
+    to `out_dir` atomically; returns examples, steps, first/final loss, stopped_early (0/1) and seconds."""
+    examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player)
+    return _train(Path(model_dir), Path(out_dir), game, settings, examples)
+
+
+def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]) -> str:
+    digest = hashlib.sha256()
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no .safetensors files in {model_dir}")
+    # config.json too: two architectures can share every tensor's shape and bytes (e.g. 2 heads of 64 or 4 of 32).
+    for path in [*files, model_dir / "tokenizer.json", model_dir / "config.json"]:
+        if path.is_file():
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    text = hashlib.sha256(json.dumps(examples).encode()).hexdigest()
+    payload = {"version": WARM_VERSION, "game": game, "settings": asdict(settings), "transcripts": text}
+    digest.update(json.dumps(payload, sort_keys=True).encode())
+    return digest.hexdigest()[:16]
+
+
+def ensure_warm(model_dir: Path, game: str, settings: WarmStartSettings) -> Path:
+    """The cached warm-started copy of `model_dir`, trained on first use; safe when several processes race."""
+    model_dir = Path(model_dir)
+    examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player)
+    target = cache_dir() / "warm" / f"{game}-{_cache_key(model_dir, game, settings, examples)}"
+    return build_once(target, lambda out: _train(model_dir, out, game, settings, examples))
+
+
+# --- checking the result -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FormatCheck:
+    """How a policy's sampled responses fared: the fraction well-formed with a legal action, and the actions played."""
+
+    validity: float
+    decisions: int
+    action_counts: dict[str, int]
+    """Legal actions named by the valid responses, by name."""
+
+
+def format_check(
+    model_dir: Path,
+    game: str,
+    depth: int,
+    episodes: int,
+    seed: int,
+    temperature: float = 1.0,
+    max_tokens: int = 256,
+) -> FormatCheck:
+    """Sample the policy (hf engine) at every one of its decisions in `episodes` games against a random opponent,
+    alternating its seat; games run in lockstep so that each round of decisions is one batch."""
+    envs = [games.make(game) for _ in range(episodes)]
+    seats = [env.possible_agents[i % len(env.possible_agents)] for i, env in enumerate(envs)]
+    opponents = [make_opponent("random", game, seed=seed * 1_000_003 + i) for i in range(episodes)]
+    for i, env in enumerate(envs):
+        env.reset(seed=seed * 1_000_003 + i)
+    fallback = random.Random(seed)
+    valid, decisions, actions = 0, 0, Counter()
+    engine = build_engine("hf", model_dir)
+    try:
+        for round_index in itertools.count():
+            pending = []
+            for i, env in enumerate(envs):
+                while not env.pyspiel_state.is_terminal() and env.agent_selection != seats[i]:
+                    env.step(opponents[i].act(env, env.agent_selection))
+                if not env.pyspiel_state.is_terminal():
+                    pending.append(i)
+            if not pending:
+                break
+            params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed * 1_000_003 + round_index)
+            outputs = engine.generate_chat([build_messages(envs[i], seats[i], depth) for i in pending], params)
+            for i, output in zip(pending, outputs):
+                env, agent = envs[i], seats[i]
+                parsed = parse_response(output.text, depth)
+                decision = decide(parsed, env, agent, fallback, format_penalty=env.spec.return_range[0] - 1)
+                decisions += 1
+                if parsed.format_valid and decision.valid:
+                    valid += 1
+                    actions[decision.action_name] += 1
+                env.step(decision.action)
+    finally:
+        engine.close()
+    return FormatCheck(valid / decisions if decisions else 0.0, decisions, dict(actions))
+
+
+def format_validity(model_dir: Path, game: str, depth: int, episodes: int, seed: int) -> float:
+    """Fraction of the policy's responses at temperature 1.0 that are well-formed with a legal action (format_check)."""
+    return format_check(model_dir, game, depth, episodes, seed).validity

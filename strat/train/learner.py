@@ -1,0 +1,827 @@
+"""The policy update: a transformers model and AdamW, log-probs recomputed at the sampling
+temperature, the configured loss, gradient accumulation and clipping. No Ray here: the
+learner actor wraps this class.
+
+Options (from the `learner` config section):
+- device: `auto` (the GPU when one is visible), `cpu`, `cuda`.
+- dtype `bfloat16` is mixed precision, the standard for RL trainers that keep their own optimizer
+  (verl, TRL): float32 master weights and AdamW state, bf16 matmuls through `torch.autocast` on one
+  device, or FSDP2's `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=float32)` when sharded.
+  Pure bf16 weights would silently drop updates smaller than bf16's resolution (lr x update <
+  |w| / 256). With LoRA the frozen base weights are stored in bf16 (no update ever touches them)
+  and the adapters in float32.
+- gradient checkpointing (non-reentrant).
+- LoRA through `peft`: only the adapters train. Everything that leaves the learner for inference
+  (`state_dict`, `export_weights_dir`, the snapshot opponent, the checkpoint's top-level weights) is
+  the MERGED full model under Hugging Face names, so engines and `strat eval/play` never see an
+  adapter. A checkpoint also holds the adapter in `adapter/` (peft format); resume rebuilds the
+  base model from the configured model path and loads the adapter and its optimizer state.
+- FSDP2 (`torch.distributed.fsdp.fully_shard`, per decoder layer then the root) when the learner runs
+  under torch.distributed with world size > 1 (or `fsdp=True`); the driver starts such ranks as one
+  `strat.train.learner_actor.LearnerGroup`. Every rank is handed the whole batch and trains on its part
+  (`split_for_ranks`), so that the step equals the single-process one. Full state dicts are gathered
+  for export and checkpoints (a collective: every rank calls them; rank 0 writes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file, save_file
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from strat.algorithm.losses import LossConfig, choice_entropy, policy_loss, token_entropy, token_logprobs
+from strat.algorithm.reasoning import move_mention_indices
+from strat.algorithm.records import TrainBatch, TrainSample
+from strat.engines.base import stop_token_ids
+from strat.model import checkpoint
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MAX_SHARD_BYTES = 5 * 2**30
+"""Safetensors files written by the learner are split at this size (as Hugging Face does)."""
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """A LoRA adapter on the named linear layers (peft); `("all-linear",)` takes every linear layer."""
+
+    r: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = DEFAULT_LORA_TARGETS
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    """What the learner needs from the experiment config."""
+
+    lr: float = 1e-4
+    epochs: int = 1
+    minibatches: int = 1
+    """Optimizer steps per epoch, each on its own part of the batch (PPO-style minibatches)."""
+    micro_batch: int = 16
+    grad_clip: float = 1.0
+    temperature: float = 1.0
+    loss: LossConfig = LossConfig()
+    stale: bool = False
+    """Weight tokens by proximal/behaviour (samples from an older policy, max_staleness > 0)."""
+    seed: int = 0
+    device: str = "cpu"
+    """`auto`, `cpu` or `cuda`."""
+    dtype: str = "float32"
+    """Compute dtype, `float32` or `bfloat16` (mixed precision over float32 master weights)."""
+    gradient_checkpointing: bool = False
+    lora: LoraSettings | None = None
+    """Train a LoRA adapter instead of all weights (None: full fine-tuning)."""
+    export_dtype: str | None = None
+    """The dtype of the weights handed to engines (`state_dict`, `export_weights_dir`); None keeps float32."""
+    fsdp: bool | None = None
+    """Shard with FSDP2. None: when torch.distributed is initialised with world size > 1."""
+    move_names: tuple[str, ...] = ()
+    """The game's move names, for the move entropy bonus (`loss.move_entropy_coef`), which needs them."""
+    freeze: tuple[str, ...] = ()
+    """Parameters whose name contains one of these stay as loaded (no gradient, no optimizer state)."""
+
+    def __post_init__(self) -> None:
+        if self.loss.move_entropy_coef > 0 and not self.move_names:
+            raise ValueError("loss.move_entropy_coef > 0 needs the game's move names (move_names)")
+
+
+def _keep_rows(store: dict[int, torch.Tensor], rows: Sequence[int], values: torch.Tensor, mask: torch.Tensor) -> None:
+    """Keep each row's per-token values (its response tokens only) under the sample's position, first one wins."""
+    for row, position in enumerate(rows):
+        if position not in store:
+            store[position] = values[row][mask[row]]
+
+
+def _gather_rows(store: dict[int, torch.Tensor], rows: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+    """The kept per-token values of `rows`, right-padded with zeros into a tensor shaped like `like` ([B, R])."""
+    out = torch.zeros_like(like)
+    for row, position in enumerate(rows):
+        values = store[position]
+        out[row, : values.shape[0]] = values
+    return out
+
+
+def _freeze(model: torch.nn.Module, patterns: Sequence[str]) -> None:
+    """Turn off the gradient of every parameter whose name contains one of `patterns`; each pattern must match."""
+    names = [name for name, _ in model.named_parameters()]
+    for pattern in patterns:
+        if not any(pattern in name for name in names):
+            raise ValueError(f"learner.freeze: {pattern!r} names no parameter of the model (e.g. {names[0]!r})")
+    for name, param in model.named_parameters():
+        if any(pattern in name for pattern in patterns):
+            param.requires_grad_(False)
+    if not any(param.requires_grad for param in model.parameters()):
+        raise ValueError(f"learner.freeze {list(patterns)} leaves nothing to train")
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` -> the current GPU when one is visible, else the CPU; `cuda` without a GPU is refused."""
+    if name not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"learner device {name!r} (allowed: auto, cpu, cuda)")
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("learner.device=cuda but this process sees no GPU (does the learner actor get one?"
+                           " resources.gpus_learner)")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The repeated transformer blocks (the `...layers` ModuleList of a Hugging Face decoder, also under peft)."""
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and name.split(".")[-1] in ("layers", "h", "blocks") and len(module):
+            return module
+    raise ValueError(f"no decoder layer list found in {type(model).__name__}; FSDP2 wraps one per layer")
+
+
+def shard_model(model: torch.nn.Module, device: torch.device, param_dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """FSDP2: `fully_shard` each decoder layer, then the root, over all ranks of the default process group.
+
+    `param_dtype` (e.g. bf16) is the compute dtype of a MixedPrecisionPolicy whose gradients are reduced
+    in float32; the sharded parameters (the master weights) keep their own dtype."""
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("FSDP2 needs torch.distributed initialised (one learner process per GPU)")
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None)
+    for layer in decoder_layers(model):
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def _wants_fsdp(setting: bool | None) -> bool:
+    if setting is False:
+        return False
+    running = dist.is_available() and dist.is_initialized()
+    if setting is True:
+        return True
+    return running and dist.get_world_size() > 1
+
+
+def write_safetensors(state: dict[str, torch.Tensor], directory: Path, max_shard_bytes: int = MAX_SHARD_BYTES) -> list[Path]:
+    """Write `state` as `model.safetensors`, or as shards with a Hugging Face index when it is larger
+    than `max_shard_bytes`; returns the files."""
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor.contiguous()
+        size += nbytes
+    if len(shards) == 1:
+        save_file(shards[0], directory / "model.safetensors", metadata={"format": "pt"})
+        return [directory / "model.safetensors"]
+    files, weight_map = [], {}
+    for index, shard in enumerate(shards, start=1):
+        file = directory / f"model-{index:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, file, metadata={"format": "pt"})
+        files.append(file)
+        weight_map.update(dict.fromkeys(shard, file.name))
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    (directory / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+    )
+    return files
+
+
+def sequence_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: float) -> torch.Tensor:
+    """Log-probs [B, R] of the response tokens under the temperature-scaled model (0 on padding)."""
+    return sequence_logprobs_and_entropy(model, batch, temperature, entropy=False)[0]
+
+
+def sequence_logprobs_and_entropy(
+    model: torch.nn.Module, batch: TrainBatch, temperature: float, entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs [B, R] of the response tokens and, with `entropy`, the policy's entropy [B, R] at each of
+    them, under the temperature-scaled model (0 on padding)."""
+    logprobs, values, _ = sequence_forward(model, batch, temperature, entropy=entropy)
+    return logprobs, values
+
+
+def sequence_forward(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    temperature: float,
+    entropy: bool = False,
+    candidates: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """As `sequence_logprobs_and_entropy`, and with `candidates` ([B, R, K] token ids, -1 for none) the entropy
+    [B, R] of the choice between each position's candidates (`losses.choice_entropy`)."""
+    input_ids = batch.input_ids
+    attention = batch.attention_mask.long()
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    response_len = batch.response_ids.shape[1]
+    # Logits at position p predict the token at p + 1, so the last R + 1 positions cover the response;
+    # computing only those keeps the vocabulary projection off the prompt.
+    logits = model(
+        input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=response_len + 1
+    ).logits
+    predicting = logits[:, :-1, :]
+    logprobs = token_logprobs(predicting, batch.response_ids, temperature)
+    logprobs = torch.where(batch.response_mask, logprobs, torch.zeros_like(logprobs))
+    values = choices = None
+    if entropy:
+        values = token_entropy(predicting, temperature)
+        values = torch.where(batch.response_mask, values, torch.zeros_like(values))
+    if candidates is not None:
+        choices = choice_entropy(predicting, candidates, temperature)
+        choices = torch.where(batch.response_mask, choices, torch.zeros_like(choices))
+    return logprobs, values, choices
+
+
+def split_for_ranks(samples: Sequence[TrainSample], world_size: int) -> list[list[TrainSample]]:
+    """Each data-parallel rank's part of a batch: balanced by tokens (prompt + response; longest first, each to
+    the lightest rank), every part in the batch's order. Deterministic, so that every rank computes the same
+    split. A part may be empty when there are fewer samples than ranks."""
+    if world_size < 1:
+        raise ValueError(f"world_size={world_size}: at least one rank is needed")
+    if world_size == 1:
+        return [list(samples)]
+
+    def tokens(index: int) -> int:
+        return len(samples[index].prompt_token_ids) + len(samples[index].response_token_ids)
+
+    loads = [0] * world_size
+    owners: list[list[int]] = [[] for _ in range(world_size)]
+    for index in sorted(range(len(samples)), key=lambda i: (-tokens(i), i)):
+        rank = min(range(world_size), key=lambda r: (loads[r], r))
+        loads[rank] += tokens(index)
+        owners[rank].append(index)
+    return [[samples[i] for i in sorted(indices)] for indices in owners]
+
+
+class PolicyLearner:
+    """Owns the trainable policy; `update` applies one step of the configured loss."""
+
+    def __init__(self, model_path: str | Path, settings: LearnerSettings, trust_remote_code: bool = False) -> None:
+        if settings.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"learner dtype {settings.dtype!r} (allowed: float32, bfloat16)")
+        self.settings = settings
+        self.model_path = Path(model_path)
+        self.device = resolve_device(settings.device)
+        self.sharded = _wants_fsdp(settings.fsdp)
+        distributed = self.sharded and torch.distributed.is_initialized()
+        self.rank = torch.distributed.get_rank() if distributed else 0
+        self.world_size = torch.distributed.get_world_size() if distributed else 1
+        self.compute_dtype = _DTYPES[settings.dtype]
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+        # Master weights are float32. Frozen LoRA base weights need no master copy: bf16 storage then
+        # (not under FSDP2, which wants one dtype per sharded group).
+        low_precision_base = settings.lora is not None and settings.dtype == "bfloat16" and not self.sharded
+        storage = self.compute_dtype if low_precision_base else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=storage, trust_remote_code=trust_remote_code, use_safetensors=True
+        )
+        if settings.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.config.use_cache = False
+        self.lora_scaling: dict[str, float] = {}
+        if settings.lora is not None:
+            model = self._add_lora(model, settings.lora)
+        if settings.freeze:
+            _freeze(model, settings.freeze)
+        model.to(self.device)
+        if self.sharded:
+            shard_model(model, self.device, self.compute_dtype if settings.dtype != "float32" else None)
+        self.model = model
+        self.model.train()
+        self.optimizer = torch.optim.AdamW(self._trainable(), lr=settings.lr)
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
+        self.reference: torch.nn.Module | None = None
+        if settings.loss.kl_type != "none" and settings.lora is None:
+            # With LoRA the reference is the base model itself, adapters disabled: no second copy. Frozen, so
+            # it is stored in the compute dtype. (Not sharded under FSDP2: each rank holds a full copy.)
+            self.reference = AutoModelForCausalLM.from_pretrained(
+                model_path, dtype=self.compute_dtype, trust_remote_code=trust_remote_code, use_safetensors=True
+            ).to(self.device).eval()
+            self.reference.requires_grad_(False)
+        self.updates = 0
+        self._pieces: dict[int, str] = {}
+        """Each token id's text, decoded alone (for finding where moves are named)."""
+        self._move_tokens: tuple[list[int], list[int]] | None = None
+        self.snapshot: dict[str, torch.Tensor] | None = None
+        """The weights of the frozen snapshot opponent, kept so that a checkpoint can restore it."""
+
+    def _add_lora(self, model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
+        try:
+            from peft import LoraConfig, get_peft_model
+            from peft.tuners.lora import LoraLayer
+        except ImportError:
+            raise RuntimeError("learner.lora needs peft: install the `gpu` or `dev` extra (peft==0.21.0)") from None
+
+        targets: list[str] | str = list(lora.target_modules)
+        if targets == ["all-linear"]:
+            targets = "all-linear"
+        config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                            bias="none", task_type="CAUSAL_LM")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.settings.seed)  # the adapters' initialisation is part of the run's seed
+            model = get_peft_model(model, config)
+        for name, module in model.named_modules():
+            if isinstance(module, LoraLayer) and "default" in module.scaling:
+                if getattr(module, "fan_in_fan_out", False):
+                    raise ValueError(f"LoRA on {name}: fan_in_fan_out (Conv1D) layers are not supported by the merge")
+                self.lora_scaling[name] = float(module.scaling["default"])
+        if not self.lora_scaling:
+            raise ValueError(f"LoRA target_modules {lora.target_modules} matched no layer of the model")
+        return model
+
+    def _trainable(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 compute over float32 weights on one device (FSDP2 casts the parameters itself)."""
+        if self.compute_dtype == torch.float32 or self.sharded:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype)
+
+    def take_snapshot(self) -> dict[str, torch.Tensor]:
+        """Freeze a copy of the current weights as the snapshot opponent's."""
+        self.snapshot = self.state_dict()
+        return self.snapshot
+
+    def move_choices(self, samples: Sequence[TrainSample], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where each response names a move (`strat.algorithm.reasoning.move_mention_indices` with `settings.move_names`) and
+        the tokens a move could start with there: [B, width] bool and [B, width, K] token ids (-1 for none).
+
+        The candidates are the first tokens of the move names spelt as the named token is (after a space or not);
+        a mention whose token starts no name that way (merged with the text before it) is left out."""
+        spaced, plain = self._move_first_tokens()
+        size = max(len(spaced), len(plain), 1)
+        mask = torch.zeros((len(samples), width), dtype=torch.bool)
+        candidates = torch.full((len(samples), width, size), -1, dtype=torch.long)
+        for row, sample in enumerate(samples):
+            pieces = []
+            for token in sample.response_token_ids:
+                if token not in self._pieces:
+                    self._pieces[token] = self.tokenizer.decode([token])
+                pieces.append(self._pieces[token])
+            for index in move_mention_indices(pieces, self.settings.move_names):
+                token = sample.response_token_ids[index]
+                options = spaced if pieces[index][:1].isspace() else plain
+                if token not in options:
+                    continue
+                mask[row, index] = True
+                candidates[row, index, : len(options)] = torch.tensor(options, dtype=torch.long)
+        return mask.to(self.device), candidates.to(self.device)
+
+    def _move_first_tokens(self) -> tuple[list[int], list[int]]:
+        """The distinct first tokens of the move names after a space, and without one."""
+        if self._move_tokens is None:
+            def first(text: str) -> list[int]:
+                ids = self.tokenizer.encode(text, add_special_tokens=False)
+                return ids[:1]
+
+            names = [name.strip() for name in self.settings.move_names if name.strip()]
+            spaced = sorted({token for name in names for token in first(" " + name)})
+            plain = sorted({token for name in names for token in first(name)})
+            self._move_tokens = (spaced, plain)
+        return self._move_tokens
+
+    def _minibatches(self, samples: Sequence[TrainSample], epoch: int) -> list[list[TrainSample]]:
+        """The batch in `minibatches` parts of near-equal size, one optimizer step each (the whole batch for one);
+        a seeded shuffle per update and epoch decides which samples go together. Fewer parts when there are
+        fewer samples."""
+        count = min(self.settings.minibatches, len(samples))
+        if count <= 1:
+            return [list(samples)]
+        order = list(range(len(samples)))
+        random.Random(hash((self.settings.seed, self.updates, epoch, 1)) & 0xFFFFFFFF).shuffle(order)
+        return [[samples[i] for i in order[part::count]] for part in range(count)]
+
+    def _micro_batches(self, samples: Sequence[TrainSample], epoch: int) -> list[list[TrainSample]]:
+        order = list(range(len(samples)))
+        random.Random(hash((self.settings.seed, self.updates, epoch)) & 0xFFFFFFFF).shuffle(order)
+        # Similar lengths together, so that padding does not eat the budget.
+        size = self.settings.micro_batch
+        chunks = [order[i : i + size * 4] for i in range(0, len(order), size * 4)]
+        batches = []
+        for chunk in chunks:
+            chunk.sort(key=lambda i: len(samples[i].prompt_token_ids) + len(samples[i].response_token_ids))
+            batches.extend([samples[i] for i in chunk[j : j + size]] for j in range(0, len(chunk), size))
+        return batches
+
+    @torch.no_grad()
+    def _frozen_logprobs(self, model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
+        was_training = model.training
+        model.eval()
+        with self._autocast():
+            out = sequence_logprobs(model, batch, self.settings.temperature)
+        model.train(was_training)
+        return out
+
+    def _reference_logprobs(self, batch: TrainBatch) -> torch.Tensor | None:
+        """Log-probs under the frozen reference: a copy of the initial model, or with LoRA the base model."""
+        if self.reference is not None:
+            return self._frozen_logprobs(self.reference, batch)
+        if self.settings.loss.kl_type != "none" and self.settings.lora is not None:
+            with self.model.disable_adapter():
+                return self._frozen_logprobs(self.model, batch)
+        return None
+
+    def update(self, samples: Sequence[TrainSample]) -> dict[str, float]:
+        """One policy update on `samples`: `minibatches` optimizer steps per epoch, each on its own part of the
+        batch (one step per epoch on the whole batch by default); returns diagnostics.
+
+        Under FSDP2 every rank is given the same whole batch and trains on its own part of each minibatch
+        (`split_for_ranks`); the steps and the diagnostics are those of the whole batch on one process.
+        A non-finite loss or gradient skips that step and is reported as `learn/skipped`."""
+        settings = self.settings
+        samples = [s for s in samples if s.response_token_ids]
+        if not samples:
+            return {"loss/policy": 0.0, "learn/samples": 0.0, "learn/skipped": 0.0}
+        total_tokens = sum(len(s.response_token_ids) for s in samples)
+        seq_mean = settings.loss.loss_agg == "seq_mean"
+        sums: dict[str, float] = {}
+        gap_sum, gap_tokens, skipped = 0.0, 0, 0
+        grad_norm: float | None = None
+        move_bonus = settings.loss.move_entropy_coef > 0
+        position = {id(sample): index for index, sample in enumerate(samples)}
+        # One entry per optimizer step: the minibatch's sample and token counts and its micro-batches, each
+        # with the positions of its samples in the batch.
+        steps: list[tuple[int, int, list[tuple[list[int], TrainBatch, bool, Any]]]] = []
+        for epoch in range(settings.epochs):
+            for minibatch in self._minibatches(samples, epoch):
+                parts = split_for_ranks(minibatch, self.world_size)
+                own = self._micro_batches(parts[self.rank], epoch)
+                # Under FSDP2 each forward and backward is a collective: every rank runs as many micro-batches
+                # as the busiest one, the extra ones (a repeat, or any sample when a rank has none) weighted 0.
+                rounds = max(len(self._micro_batches(part, epoch)) for part in parts)
+                prepared = []
+                for index in range(rounds):
+                    counted = index < len(own)
+                    chunk = own[index] if counted else (own[0] if own else minibatch[:1])
+                    batch = TrainBatch.collate(chunk, self.pad_id).to(self.device)
+                    rows = [position[id(s)] for s in chunk]
+                    moves = self.move_choices(chunk, batch.response_ids.shape[1]) if move_bonus else None
+                    prepared.append((rows, batch, counted, moves))
+                steps.append((len(minibatch), sum(len(s.response_token_ids) for s in minibatch), prepared))
+        # Proximal log-probs, per sample: the learner's weights at the start of this update. When the first step
+        # takes the whole batch (one minibatch), its training forward gives them for every later epoch too (the
+        # ranks then own the same samples in every epoch); with several minibatches, a forward pass first.
+        proximal: dict[int, torch.Tensor] = {}
+        if settings.minibatches > 1 and len(steps) > 1:
+            for _, _, prepared in steps:
+                for rows, batch, _, _ in prepared:
+                    # Every entry runs its forward, repeats too: under FSDP2 each is a collective on every rank.
+                    _keep_rows(proximal, rows, self._frozen_logprobs(self.model, batch), batch.response_mask)
+        for number, (step_samples, step_tokens, prepared) in enumerate(steps):
+            self.optimizer.zero_grad(set_to_none=True)
+            for rows, batch, counted, moves in prepared:
+                with self._autocast():
+                    # The entropy costs another pass over the vocabulary: only when its bonus is on.
+                    logprobs, entropy, move_entropy = sequence_forward(
+                        self.model,
+                        batch,
+                        settings.temperature,
+                        entropy=settings.loss.entropy_coef > 0,
+                        candidates=moves[1] if moves is not None else None,
+                    )
+                if all(row in proximal for row in rows):
+                    old = _gather_rows(proximal, rows, batch.behaviour_logprobs)
+                else:  # the first step, on the whole batch: the weights are still those of the update's start
+                    old = logprobs.detach()
+                    _keep_rows(proximal, rows, old, batch.response_mask)
+                if number < len(steps) // settings.epochs and counted:  # the first epoch's steps
+                    mask = batch.response_mask
+                    gap_sum += float((old - batch.behaviour_logprobs)[mask].abs().sum())
+                    gap_tokens += int(mask.sum())
+                ref = self._reference_logprobs(batch)
+                out = policy_loss(
+                    settings.loss,
+                    logprobs,
+                    old,
+                    batch.advantages,
+                    batch.response_mask,
+                    behaviour_logprobs=batch.behaviour_logprobs if settings.stale else None,
+                    ref_logprobs=ref,
+                    entropy=entropy,
+                    move_entropy=move_entropy,
+                    move_mask=moves[0] if moves is not None else None,
+                )
+                # Each micro-batch's mean is weighted by its share of the minibatch, so that the accumulated
+                # gradient is that of one mean over all its tokens (or all its sequences). FSDP2 averages the
+                # ranks' gradients: scaled by the world size, the average is that sum.
+                share = len(rows) / step_samples if seq_mean else int(batch.response_mask.sum()) / step_tokens
+                share *= float(counted)
+                (out.loss * (share * self.world_size)).backward()
+                figures = [
+                    ("loss/policy", out.loss),
+                    ("loss/clip_frac", out.clip_fraction),
+                    ("loss/approx_kl", out.approx_kl),
+                    ("loss/ratio_mean", out.ratio_mean),
+                    ("loss/kl", out.divergence if out.divergence is not None else torch.zeros(())),
+                ]
+                if out.entropy is not None:
+                    figures.append(("policy/entropy", out.entropy))
+                if out.move_entropy is not None:
+                    figures.append(("policy/move_entropy", out.move_entropy))
+                for name, value in figures:
+                    sums[name] = sums.get(name, 0.0) + float(value.detach()) * share / len(steps)
+            norm = torch.nn.utils.clip_grad_norm_(self._trainable(), settings.grad_clip)
+            if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
+                norm = norm.full_tensor()
+            # The ranks decide together: a rank that stepped alone would leave its shards out of step.
+            [loss_sum] = self._sum_over_ranks([sums.get("loss/policy", 0.0)])
+            if not math.isfinite(float(norm)) or not math.isfinite(loss_sum):
+                self.optimizer.zero_grad(set_to_none=True)
+                skipped += 1
+                continue
+            grad_norm = float(norm)
+            self.optimizer.step()
+        self.updates += 1
+        names = sorted(sums)
+        *values, gap_sum, gap_tokens = self._sum_over_ranks([*(sums[n] for n in names), gap_sum, float(gap_tokens)])
+        sums = dict(zip(names, values, strict=True))
+        if grad_norm is not None:
+            sums["learn/grad_norm"] = grad_norm
+        sums["learn/samples"] = float(len(samples))
+        sums["learn/tokens"] = float(total_tokens)
+        sums["learn/skipped"] = float(skipped)
+        sums["logprob/engine_learner_gap"] = gap_sum / max(gap_tokens, 1)
+        return sums
+
+    def _sum_over_ranks(self, values: list[float]) -> list[float]:
+        """The values summed over the FSDP2 ranks (a collective: every rank calls it); as they are on one process."""
+        if self.world_size == 1:
+            return values
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(tensor)
+        return tensor.tolist()
+
+    # --- weights out -------------------------------------------------------------------------
+
+    def _full_state(self) -> dict[str, torch.Tensor]:
+        """Every tensor of the training model under its own names (peft's when LoRA is on), on CPU,
+        copied. A collective under FSDP2: every rank must call it."""
+        if self.sharded:
+            state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            return {name: tensor.detach().clone() for name, tensor in state.items()}
+        return {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.model.state_dict().items()}
+
+    def merged_state_dict(self, full: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """The policy as a plain model: Hugging Face names, LoRA deltas merged in (float32), on CPU."""
+        full = self._full_state() if full is None else full
+        if self.settings.lora is None or not full:  # under FSDP2 only rank 0 holds the gathered weights
+            return full
+        prefix = "base_model.model."
+        merged: dict[str, torch.Tensor] = {}
+        for name, tensor in full.items():
+            if ".lora_" in name:
+                continue
+            plain = name[len(prefix):] if name.startswith(prefix) else name
+            merged[plain.replace(".base_layer.", ".")] = tensor
+        for module, scaling in self.lora_scaling.items():
+            plain = module[len(prefix):] if module.startswith(prefix) else module
+            key = f"{plain}.weight"
+            lora_a = full[f"{module}.lora_A.default.weight"].float()
+            lora_b = full[f"{module}.lora_B.default.weight"].float()
+            merged[key] = merged[key].float() + (lora_b @ lora_a) * scaling
+        return merged
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The policy's weights for inference: Hugging Face names, LoRA merged, on CPU, in `export_dtype`."""
+        state = self.merged_state_dict()
+        dtype = self.settings.export_dtype
+        if dtype is None:
+            return state
+        target = _DTYPES[dtype]
+        return {name: t.to(target) if t.is_floating_point() else t for name, t in state.items()}
+
+    def _base_model(self) -> torch.nn.Module:
+        """The Hugging Face model under any peft wrapper."""
+        return self.model.get_base_model() if self.settings.lora is not None else self.model
+
+    def export_weights_dir(self, path: str | os.PathLike[str]) -> str:
+        """Write the current weights (as `state_dict`) as safetensors + config.json into `path`, atomically:
+        into a temporary sibling first, then renamed. Returns the absolute path. Under FSDP2 every rank
+        calls it and rank 0 writes."""
+        return self._write_weights_dir(self.state_dict(), path)
+
+    def take_snapshot_dir(self, path: str | os.PathLike[str]) -> str:
+        """Freeze the current weights as the snapshot opponent's and write them to `path` (as `export_weights_dir`)."""
+        return self._write_weights_dir(self.take_snapshot(), path)
+
+    def _write_weights_dir(self, state: dict[str, torch.Tensor], path: str | os.PathLike[str]) -> str:
+        target = Path(path).absolute()
+        if self.rank != 0:
+            return str(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir()
+        write_safetensors(state, staging)
+        self._base_model().config.save_pretrained(staging)
+        _replace_dir(staging, target)
+        return str(target)
+
+    @torch.no_grad()
+    def greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+        """Greedy completions (token ids, up to and including the end-of-turn token) from the training
+        model itself, via transformers `generate`, one prompt at a time: what a synced engine must
+        reproduce."""
+        stops = stop_token_ids(self.tokenizer)
+        was_training = self.model.training
+        self.model.eval()
+        outputs = []
+        if self.sharded:
+            # FSDP2 gathers the root's own weights (embeddings, head) in the root's forward, which peft's
+            # generate goes around: gathered for the whole generation instead (a collective: every rank calls).
+            self.model.unshard()
+        try:
+            for prompt in prompts:
+                ids = torch.tensor([list(prompt)], dtype=torch.long, device=self.device)
+                with self._autocast():
+                    out = self.model.generate(
+                        input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                        do_sample=False, eos_token_id=stops, pad_token_id=self.pad_id,
+                    )
+                new = out[0, ids.shape[1]:].tolist()
+                ends = [new.index(s) for s in stops if s in new]
+                outputs.append(new[: min(ends) + 1] if ends else new)
+        finally:
+            self.model.train(was_training)
+            if self.sharded:
+                self.model.reshard()
+        return outputs
+
+    # --- checkpoints -----------------------------------------------------------------------
+
+    def save(self, run_dir: Path, step: int, loop_state: dict[str, Any], keep: int) -> checkpoint.Checkpoint:
+        """Write a checkpoint: full weights at the top level (merged when LoRA is on, so that eval, play and
+        engines can load it as a plain model), the adapter in `adapter/` with LoRA, optimizer, RNG, loop state."""
+        extra = {"snapshot": self.snapshot} if self.snapshot is not None else None
+        state = {"updates": self.updates, **loop_state}
+        if self.settings.lora is None and not self.sharded:
+            return checkpoint.save(run_dir, step, self.model, self.tokenizer, self.optimizer, state, keep,
+                                   extra_weights=extra)
+        full = self._full_state()
+        writer = _CheckpointWriter(self, full)
+        optimizer = _OptimizerState(self._optimizer_state())
+        target = checkpoint.checkpoint_dir(run_dir, step)
+        if self.rank != 0:
+            return checkpoint.Checkpoint(target, step)
+        return checkpoint.save(run_dir, step, writer, self.tokenizer, optimizer, state, keep, extra_weights=extra)
+
+    def _optimizer_state(self) -> dict[str, Any]:
+        if self.sharded:
+            return get_optimizer_state_dict(self.model, self.optimizer,
+                                            options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return self.optimizer.state_dict()
+
+    def _load_model_state(self, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+        """Load (part of) a full state dict under the training model's own names; (missing, unexpected)."""
+        if self.sharded:
+            result = set_model_state_dict(self.model, state, options=StateDictOptions(full_state_dict=True, strict=False))
+        else:
+            result = self.model.load_state_dict(state, strict=False)
+        return list(result.missing_keys), list(result.unexpected_keys)
+
+    def load(self, ckpt: checkpoint.Checkpoint) -> dict[str, Any]:
+        """Restore weights, optimizer and RNG from a checkpoint; returns its loop state."""
+        adapter_file = ckpt.path / "adapter" / "adapter_model.safetensors"
+        if self.settings.lora is not None:
+            if not adapter_file.is_file():
+                raise ValueError(f"checkpoint {ckpt.path} holds no LoRA adapter (it was written with"
+                                 " learner.lora.enabled=false); resume it with the same learner settings")
+            state = {_adapter_key(name): tensor for name, tensor in load_file(adapter_file).items()}
+            missing, unexpected = self._load_model_state(state)
+            missing = [m for m in missing if ".lora_" in m]
+            if unexpected or missing:
+                raise ValueError(f"the adapter in {ckpt.path} does not match learner.lora"
+                                 f" (missing {missing[:5]}, unexpected {unexpected[:5]})")
+        else:
+            if adapter_file.is_file():
+                raise ValueError(f"checkpoint {ckpt.path} was trained with LoRA; resume it with learner.lora.enabled=true"
+                                 " and the same adapter settings")
+            state: dict[str, torch.Tensor] = {}
+            for file in sorted(ckpt.path.glob("*.safetensors")):
+                state.update(load_file(file))
+            missing, unexpected = self._load_model_state(state)
+            if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
+                raise ValueError(f"checkpoint {ckpt.path} does not match the model (missing {missing}, unexpected {unexpected})")
+        if self.sharded:
+            checkpoint.load_optimizer(ckpt, _ShardedOptimizerLoader(self))
+        else:
+            checkpoint.load_optimizer(ckpt, self.optimizer)
+        checkpoint.load_rng(ckpt)
+        loop_state = checkpoint.load_loop_state(ckpt)
+        self.updates = int(loop_state.get("updates", 0))
+        if (ckpt.path / "snapshot" / "model.safetensors").is_file():
+            self.snapshot = load_file(ckpt.path / "snapshot" / "model.safetensors")
+        return loop_state
+
+
+def _adapter_key(name: str) -> str:
+    """peft's saved adapter name (`...q_proj.lora_A.weight`) -> the model's (`...q_proj.lora_A.default.weight`)."""
+    for part in (".lora_A.", ".lora_B."):
+        if part in name:
+            head, tail = name.split(part, 1)
+            return f"{head}{part}default.{tail}"
+    return name
+
+
+def _replace_dir(staging: Path, target: Path) -> None:
+    """Put `staging` at `target`: a rename, after moving any existing `target` aside."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        if old.exists():
+            shutil.rmtree(old)
+        target.rename(old)
+    staging.rename(target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class _CheckpointWriter:
+    """What `checkpoint.save` calls `save_pretrained` on when the model is not a plain transformers model
+    (LoRA, FSDP2): merged full weights + config, and the adapter in `adapter/`."""
+
+    def __init__(self, learner: PolicyLearner, full: dict[str, torch.Tensor]) -> None:
+        self.learner = learner
+        self.full = full
+
+    def save_pretrained(self, directory: str | os.PathLike[str], safe_serialization: bool = True) -> None:
+        directory = Path(directory)
+        learner = self.learner
+        write_safetensors(learner.merged_state_dict(self.full), directory)
+        base = learner._base_model()
+        base.config.save_pretrained(directory)
+        generation = getattr(base, "generation_config", None)
+        if generation is not None:
+            generation.save_pretrained(directory)
+        if learner.settings.lora is not None:
+            from peft import get_peft_model_state_dict
+
+            adapter = get_peft_model_state_dict(learner.model, state_dict=self.full)
+            (directory / "adapter").mkdir()
+            save_file({k: v.contiguous() for k, v in adapter.items()}, directory / "adapter" / "adapter_model.safetensors",
+                      metadata={"format": "pt"})
+            learner.model.peft_config["default"].save_pretrained(directory / "adapter")
+
+
+class _OptimizerState:
+    """An optimizer state computed beforehand (a full state dict under FSDP2), for `checkpoint.save`."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self._state = state
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._state
+
+
+class _ShardedOptimizerLoader:
+    """Takes a full optimizer state dict from `checkpoint.load_optimizer` and scatters it (FSDP2)."""
+
+    def __init__(self, learner: PolicyLearner) -> None:
+        self.learner = learner
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_optimizer_state_dict(self.learner.model, self.learner.optimizer, self._keyed_by_name(state),
+                                 options=StateDictOptions(full_state_dict=True))
+
+    def _keyed_by_name(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A plain optimizer state (an unsharded learner's checkpoint) numbers the parameters in optimizer order;
+        FSDP2's full state names them. Numbers are turned into the names of the same parameters."""
+        saved = [key for group in state["param_groups"] for key in group["params"]]
+        if all(isinstance(key, str) for key in saved):
+            return state
+        names = {id(param): name for name, param in self.learner.model.named_parameters()}
+        ours = [names[id(param)] for group in self.learner.optimizer.param_groups for param in group["params"]]
+        if len(saved) != len(ours):
+            raise ValueError(f"the checkpoint's optimizer has {len(saved)} parameters, this learner's {len(ours)}"
+                             " (another model or LoRA setting?)")
+        named = dict(zip(saved, ours, strict=True))
+        return {
+            "state": {named[key]: value for key, value in state["state"].items()},
+            "param_groups": [{**group, "params": [named[key] for key in group["params"]]}
+                             for group in state["param_groups"]],
+        }

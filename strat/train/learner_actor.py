@@ -1,0 +1,217 @@
+"""Learner actor: the policy update, weight export and checkpoints; and the group of learner ranks
+(data-parallel FSDP2) that the driver holds as one handle."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+import torch.distributed as dist
+from ray.exceptions import GetTimeoutError
+
+import strat  # noqa: F401
+from strat.algorithm.records import TrainSample
+from strat.model.checkpoint import Checkpoint
+from strat.sync.process_group import Membership, TensorMeta, describe
+from strat.sync.weights import POLICY, SNAPSHOT, prune_versions
+from strat.train.learner import LearnerSettings, PolicyLearner, resolve_device
+
+
+@ray.remote
+class Learner:
+    """Wraps PolicyLearner for Ray. Alone (`world_size=1`) it builds the model at once; as one rank of a
+    LearnerGroup it builds it in `join`, after joining the group's process group (the model is then
+    sharded with FSDP2, and every call is a collective that all ranks must make)."""
+
+    def __init__(self, model_path: str, settings: LearnerSettings, rank: int = 0, world_size: int = 1) -> None:
+        self.model_path = model_path
+        self.settings = settings
+        self.rank = rank
+        self.world_size = world_size
+        self.learner: PolicyLearner | None = None
+        self._join_error: str | None = None
+        self._staged: dict[str, torch.Tensor] = {}
+        """The policy weights of the last `stage_weights`, kept for the agents' weight group (rank 0)."""
+        self._weight_groups = {POLICY: Membership(), SNAPSHOT: Membership()}
+        """Rank 0's place in the weight group of the policy's agents and in the snapshot agent's."""
+        if world_size == 1:
+            self.learner = PolicyLearner(model_path, settings)
+
+    def rendezvous_address(self) -> str:
+        """`tcp://<this node's IP>:<a free port>`: where the group's ranks, or a weight group, meet (asked of rank 0)."""
+        host = ray.util.get_node_ip_address()
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+    def join(self, address: str) -> None:
+        """Join the group's process group (NCCL on a GPU, gloo on the CPU) at `address` and build this rank's
+        share of the FSDP2-sharded model. Every rank must call it at the same time."""
+        try:
+            backend = "nccl" if resolve_device(self.settings.device).type == "cuda" else "gloo"
+            dist.init_process_group(backend, init_method=address, rank=self.rank, world_size=self.world_size)
+            self.learner = PolicyLearner(self.model_path, self.settings)
+        except Exception as err:
+            self._join_error = f"{type(err).__name__}: {err}"
+            raise
+
+    def ready(self) -> bool:
+        self._policy()
+        return True
+
+    def _policy(self) -> PolicyLearner:
+        if self.learner is None:
+            why = (f"joining its process group failed ({self._join_error})" if self._join_error
+                   else "join() was not called")
+            raise RuntimeError(f"learner rank {self.rank} of {self.world_size} has no model: {why}")
+        return self.learner
+
+    def update(self, samples: list[TrainSample]) -> dict[str, float]:
+        return self._policy().update(samples)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The merged weights (empty on ranks other than 0, which only take part in gathering them)."""
+        return self._policy().state_dict()
+
+    def take_snapshot(self) -> dict[str, torch.Tensor]:
+        return self._policy().take_snapshot()
+
+    def export_weights_dir(self, path: str, prune_older: bool = False) -> str:
+        """Write the current (merged) weights as safetensors into `path`, atomically; returns the absolute path.
+
+        `prune_older` first removes the other `step_<n>` directories next to `path` (older syncs, which every
+        engine has already loaded), so that the sync directory holds one copy of the model."""
+        if prune_older and self.rank == 0:
+            prune_versions(Path(path).absolute())
+        return self._policy().export_weights_dir(path)
+
+    def take_snapshot_dir(self, path: str, prune_older: bool = False) -> str:
+        """Freeze the current weights as the snapshot opponent's and write them into `path` (as export_weights_dir)."""
+        if prune_older and self.rank == 0:
+            prune_versions(Path(path).absolute())
+        return self._policy().take_snapshot_dir(path)
+
+    def stage_weights(self) -> list[TensorMeta]:
+        """Gather the current weights (as `state_dict`) for `broadcast_weights(POLICY)` and keep them until the next
+        call, so that an agent restarted meanwhile gets the version the others hold; their metadata (rank 0's)."""
+        self._staged = self._policy().state_dict()
+        return describe(self._staged)
+
+    def stage_snapshot(self, take: bool = True) -> list[TensorMeta]:
+        """Freeze the current weights as the snapshot opponent's (`take=False`: the snapshot a checkpoint restored)
+        for `broadcast_weights(SNAPSHOT)`; their metadata (rank 0's)."""
+        policy = self._policy()
+        snapshot = policy.take_snapshot() if take else policy.snapshot
+        if snapshot is None:
+            raise RuntimeError("the learner holds no snapshot to broadcast (none was taken or restored)")
+        return describe(snapshot)
+
+    def join_weight_group(self, weights: str, address: str, world_size: int, backend: str) -> None:
+        """Join (as rank 0, serving the rendezvous at `address`) the weight group that carries `weights` (POLICY or
+        SNAPSHOT) to the agents; blocks until they have all joined. Only the learner's rank 0 takes part."""
+        self._rank0("join a weight group")
+        self._weight_groups[weights].join(address, 0, world_size, backend)
+
+    def broadcast_weights(self, weights: str) -> int:
+        """Broadcast the staged weights (POLICY) or the snapshot (SNAPSHOT) in their weight group, whose members must be
+        receiving them now; returns the number of tensors."""
+        self._rank0("broadcast weights")
+        group = self._weight_groups[weights].current(f"the learner's {weights} weights")
+        state = self._staged if weights == POLICY else self._policy().snapshot
+        if not state:
+            raise RuntimeError(f"no {weights} weights are staged: stage_weights/stage_snapshot first")
+        metadata = describe(state)
+        group.send(state, metadata)
+        return len(metadata)
+
+    def _rank0(self, what: str) -> None:
+        if self.rank != 0:
+            raise RuntimeError(f"learner rank {self.rank} cannot {what}: rank 0 holds the gathered weights")
+
+    def greedy(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        """The training model's own greedy completions (transformers generate): what a synced engine must match."""
+        return self._policy().greedy(prompts, max_new_tokens)
+
+    def save(self, run_dir: str, step: int, loop_state: dict[str, Any], keep: int) -> str:
+        return str(self._policy().save(Path(run_dir), step, loop_state, keep).path)
+
+    def load(self, path: str, step: int) -> dict[str, Any]:
+        return self._policy().load(Checkpoint(Path(path), step))
+
+
+class LearnerGroup:
+    """The learner's ranks behind one handle, used the way a single Learner handle is:
+    `group.<method>.remote(*args)` calls the method on every rank (under FSDP2 each is a collective that needs
+    all of them) and returns rank 0's ObjectRef; `group.get(ref)` waits for every rank and raises the first
+    rank's failure as soon as it happens. With one rank it is that one actor."""
+
+    METHODS = ("ready", "update", "state_dict", "take_snapshot", "export_weights_dir", "take_snapshot_dir",
+               "stage_weights", "stage_snapshot", "greedy", "save", "load")
+
+    def __init__(self, ranks: list[Any]) -> None:
+        if not ranks:
+            raise ValueError("a learner group needs at least one rank")
+        self.ranks = list(ranks)
+        self._others: dict[Any, list[Any]] = {}
+        """Rank 0's ObjectRef of a call -> the other ranks' refs of that call, until `get` waits for them."""
+
+    @classmethod
+    def start(cls, model_path: str, settings: LearnerSettings, world_size: int,
+              options: Callable[[int], dict[str, Any]], timeout_s: float = 600.0) -> LearnerGroup:
+        """Start `world_size` learner actors, `options(rank)` giving each its Ray options. Several ranks meet at
+        a free port on rank 0's node and shard the model with FSDP2. Returns once rank 0 runs; each rank's
+        `ready` answers when its model is built (or raises why not)."""
+        if world_size < 1:
+            raise ValueError(f"world_size={world_size}: at least one learner rank is needed")
+        ranks = [Learner.options(**options(rank)).remote(model_path, settings, rank, world_size)
+                 for rank in range(world_size)]
+        if world_size > 1:
+            try:
+                address = ray.get(ranks[0].rendezvous_address.remote(), timeout=timeout_s)
+            except GetTimeoutError:
+                for rank in ranks:
+                    ray.kill(rank)
+                raise RuntimeError(f"learner rank 0 did not start within {timeout_s:.0f} s; the cluster has"
+                                   f" {ray.available_resources()} free") from None
+            for rank in ranks:
+                rank.join.remote(address)
+        return cls(ranks)
+
+    def __getattr__(self, name: str) -> _GroupMethod:
+        if name not in LearnerGroup.METHODS:
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        return _GroupMethod(self, name)
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Call `method` on every rank; rank 0's ObjectRef (resolve it with `get`)."""
+        if len(self.ranks) > 1:
+            args = tuple(ray.put(arg) for arg in args)  # into the object store once, not once per rank
+        refs = [getattr(rank, method).remote(*args) for rank in self.ranks]
+        if len(refs) > 1:
+            self._others[refs[0]] = refs[1:]
+        return refs[0]
+
+    def get(self, ref: Any) -> Any:
+        """Rank 0's result of a call once every rank has finished it. A failed rank's error is raised at once:
+        the others may be waiting for it inside a collective."""
+        pending = [ref, *self._others.pop(ref, [])]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            ray.get(done)
+        return ray.get(ref)
+
+
+class _GroupMethod:
+    """`group.<name>`: `.remote(*args)` calls it on every rank."""
+
+    def __init__(self, group: LearnerGroup, name: str) -> None:
+        self.group = group
+        self.name = name
+
+    def remote(self, *args: Any) -> Any:
+        return self.group.call(self.name, *args)

@@ -1,0 +1,87 @@
+"""Per-step metrics: one JSON line per step in `metrics.jsonl`, and TensorBoard events with the same names."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from torch.utils.tensorboard import SummaryWriter
+
+
+class MetricsLog:
+    """Appends step records; on resume, lines after the resumed step are dropped so none repeats."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        if resume_step is not None and self.path.exists():
+            _truncate_after(self.path, resume_step)
+        self._writer = None
+        if tensorboard:
+            self._writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+    def write(self, record: dict[str, Any]) -> None:
+        step = int(record["step"])
+        clean = {key: _jsonable(value) for key, value in record.items()}
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(clean, sort_keys=True) + "\n")
+        if self._writer is not None:
+            for key, value in clean.items():
+                if key != "step" and isinstance(value, (int, float)) and value is not None:
+                    self._writer.add_scalar(key, value, step)
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+def read(run_dir: Path) -> list[dict[str, Any]]:
+    """Every record of a run's metrics.jsonl."""
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def _step_of(line: str) -> int:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return 1 << 62
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):
+        return _jsonable(value.item())
+    return value
+
+
+class EpisodeLedger:
+    """`episodes.jsonl`: per step, the (group id, seed, episode id) of every episode it trained on.
+
+    An audit trail independent of the step's counters: restarts and resumes can be checked
+    against it (no episode lost, none counted twice). Truncated on resume like the metrics."""
+
+    def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
+        self.path = run_dir / "episodes.jsonl"
+        if resume_step is not None and self.path.exists():
+            _truncate_after(self.path, resume_step)
+
+    def write(self, step: int, episodes: list[Any]) -> None:
+        line = {"step": step, "episodes": [[e.group_id, e.seed, e.episode_id] for e in episodes]}
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(line) + "\n")
+
+
+def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "episodes.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def _truncate_after(path: Path, step: int) -> None:
+    kept = [line for line in path.read_text().splitlines() if _step_of(line) <= step]
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    tmp.replace(path)

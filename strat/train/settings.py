@@ -1,0 +1,133 @@
+"""The config, translated into the settings each part of a run is built with: one function per part. The
+parts take these plain settings, never the whole config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import games
+from strat.algorithm.advantage import AdvantageConfig
+from strat.algorithm.losses import LossConfig
+from strat.config import ExperimentConfig
+from strat.model.tiny import TinyModelSettings, resolve_model_path
+from strat.model.warmstart import WarmStartSettings
+from strat.train.agreement_models import AgreementSettings
+from strat.train.learner import LearnerSettings, LoraSettings
+from strat.train.rollout import OpponentChoice, RolloutSettings
+
+
+def rollout_settings(config: ExperimentConfig) -> RolloutSettings:
+    """How the rollout plays: the game, the reasoning depth and sampling, the group size and the opponents."""
+    return RolloutSettings(
+        game=config.game.name,
+        game_options=dict(config.game.options),
+        depth=config.reasoning.depth,
+        format_penalty=config.algorithm.format_penalty,
+        penalize_malformed=config.algorithm.penalize_malformed,
+        penalize_misstated=config.algorithm.penalize_misstated,
+        group_size=config.algorithm.group_size,
+        max_tokens=config.reasoning.max_new_tokens,
+        temperature=config.reasoning.temperature,
+        top_p=config.reasoning.top_p,
+        opponents=tuple(OpponentChoice(o.kind, o.name, o.weight) for o in config.game.opponents),
+    )
+
+
+def learner_settings(config: ExperimentConfig) -> LearnerSettings:
+    """The learner's optimizer, loss, device and model options."""
+    algo = config.algorithm
+    return LearnerSettings(
+        lr=algo.lr,
+        epochs=algo.epochs,
+        minibatches=algo.minibatches,
+        micro_batch=algo.micro_batch,
+        grad_clip=algo.grad_clip,
+        temperature=config.reasoning.temperature,
+        loss=LossConfig(
+            clip_eps_low=algo.clip_eps_low,
+            clip_eps_high=algo.clip_eps_high,
+            loss_agg=algo.loss_agg,
+            kl_type=algo.kl_type,
+            kl_coef=algo.kl_coef,
+            entropy_coef=algo.entropy_coef,
+            move_entropy_coef=algo.move_entropy_coef,
+            dph_divergence=algo.dph_divergence,
+            dph_eta=algo.dph_eta,
+            fiberpo=algo.fiberpo,
+            fiberpo_delta=algo.fiberpo_delta,
+            fiberpo_eps=algo.fiberpo_eps,
+            is_cap=algo.is_cap,
+        ),
+        stale=config.schedule.max_staleness > 0,
+        seed=config.run.seed,
+        device=config.learner.device,
+        dtype=config.learner.dtype,
+        gradient_checkpointing=config.learner.gradient_checkpointing,
+        lora=lora_settings(config),
+        export_dtype=config.engine.dtype,
+        move_names=tuple(games.make(config.game.name, **config.game.options).all_action_names()),
+        freeze=tuple(config.learner.freeze),
+    )
+
+
+def lora_settings(config: ExperimentConfig) -> LoraSettings | None:
+    """The LoRA adapter to train, or None to train the full model."""
+    lora = config.learner.lora
+    if not lora.enabled:
+        return None
+    return LoraSettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout, target_modules=tuple(lora.target_modules))
+
+
+def engine_kwargs(config: ExperimentConfig) -> dict[str, Any]:
+    """The arguments every agent actor's engine is built with."""
+    return {
+        "dtype": config.engine.dtype,
+        "max_model_len": config.engine.max_model_len,
+        "kv_cache_bytes": config.engine.kv_cache_bytes,
+        "max_num_seqs": config.engine.max_num_seqs,
+        "tensor_parallel_size": config.engine.tensor_parallel_size,
+        "gpu_memory_utilization": config.engine.gpu_memory_utilization,
+        "seed": config.run.seed,
+        "trust_remote_code": config.model.trust_remote_code,
+        "multiprocess": config.engine.multiprocess,
+    }
+
+
+def agreement_settings(config: ExperimentConfig) -> AgreementSettings:
+    """How the comparator scores agreement; a separate judge's engine is built as the agents' are, on one device
+    and without running code shipped with the judge's checkpoint."""
+    comparison = config.comparison
+    return AgreementSettings(
+        method=comparison.agreement,
+        judge_engine=comparison.judge_engine,
+        model_dir=comparison.judge_model if comparison.agreement == "judge" else comparison.embedding_model,
+        backend=config.engine.backend,
+        engine_kwargs={**engine_kwargs(config), "tensor_parallel_size": 1, "trust_remote_code": False},
+    )
+
+
+def base_model_path(config: ExperimentConfig) -> Path:
+    """The configured model's directory before any warm start; a `tiny:<game>` model is built with the
+    config's `model.tiny` sizes on first use and cached."""
+    return resolve_model_path(config.model.path, settings=TinyModelSettings(**config.model.tiny.model_dump()))
+
+
+def warm_start_settings(config: ExperimentConfig) -> WarmStartSettings:
+    warm = config.warm_start
+    return WarmStartSettings(
+        episodes=warm.episodes, epochs=warm.epochs, lr=warm.lr, batch_size=warm.batch_size,
+        max_seconds=warm.max_seconds, seed=warm.seed, depth=config.reasoning.depth, player=warm.player,
+    )
+
+
+def advantage_config(config: ExperimentConfig) -> AdvantageConfig:
+    """How advantages are computed: the mode, lambda and baseline."""
+    algo = config.algorithm
+    return AdvantageConfig(
+        mode=algo.advantage_mode,
+        lam=algo.lam,
+        baseline=algo.baseline,
+        ema_decay=algo.ema_decay,
+        drop_zero_signal=algo.zero_spread == "drop",
+    )

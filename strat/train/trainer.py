@@ -1,0 +1,804 @@
+"""The driver: places the actors and runs rollout -> compare -> advantage -> learn -> sync ->
+(eval, checkpoint) for `schedule.steps`."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from strat.algorithm.advantage import (
+    AdvantageStats,
+    RoleBaseline,
+    compute_advantages,
+    replace_zero_spread_groups,
+    zero_spread_group_ids,
+)
+from strat.algorithm.comparison import ComparisonWeights
+from strat.algorithm.records import Episode, ScoredEpisode
+from strat.cluster.placement import cluster_from_ray, needs_placement, reserve
+from strat.cluster.placement import plan as plan_placement
+from strat.config import ExperimentConfig, load_config, resolve_collective_backend, resolve_weight_sync, save_resolved
+from strat.errors import ConfigError, RunAborted
+from strat.eval.exploitability import EXPLOITABLE_GAMES
+from strat.eval.stats import mean_interval
+from strat.model import checkpoint
+from strat.model.warmstart import ensure_warm
+from strat.sync.weights import (
+    POLICY,
+    SNAPSHOT,
+    WeightBroadcast,
+    load_calls,
+    loadable,
+    publish_snapshot,
+    publish_weights,
+    snapshot_path,
+    sync_path,
+)
+from strat.train.agent_actor import AgentActor
+from strat.train.comparator_actor import CoTComparator
+from strat.train.faults import injected_steps
+from strat.train.learner_actor import LearnerGroup
+from strat.train.metrics import EpisodeLedger, MetricsLog
+from strat.train.rollout import GroupPlan, derive_seed, plan_groups
+from strat.train.rollout_actor import RolloutWorker
+from strat.train.settings import (
+    advantage_config,
+    agreement_settings,
+    base_model_path,
+    engine_kwargs,
+    learner_settings,
+    rollout_settings,
+    warm_start_settings,
+)
+from strat.train.transcripts import render_transcripts
+
+log = logging.getLogger("strat.train")
+
+
+def episode_metrics(scored: list[ScoredEpisode]) -> dict[str, float]:
+    """Reward, format validity and CoT figures of a step's ego turns."""
+    ego_returns, valid, misstated, llm_turns, tokens = [], 0, 0, 0, 0
+    scores, predicts, beliefs = [], [], []
+    for item in scored:
+        episode = item.episode
+        ego_returns.extend(episode.outcome(agent) for agent in episode.ego_agents)
+        for turn in episode.turns:
+            if turn.agent in episode.ego_agents and turn.response is not None:
+                llm_turns += 1
+                valid += int(turn.valid and turn.response.format_valid)
+                misstated += int(turn.misstated)
+                tokens += len(turn.response_token_ids)
+        for score in item.scores:
+            if score.comparable:
+                scores.append(score.score)
+            if score.predict is not None:
+                predicts.append(score.predict)
+            if score.belief is not None:
+                beliefs.append(score.belief)
+
+    def mean(values: list[float]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    return {
+        "episodes/count": float(len(scored)),
+        "reward/mean": mean(ego_returns),
+        "format/valid_rate": valid / llm_turns if llm_turns else None,
+        "format/misstated_rate": misstated / llm_turns if llm_turns else None,
+        "cot/score_mean": mean(scores),
+        "cot/predict_acc": mean(predicts),
+        "cot/belief_acc": mean(beliefs),
+        "gen/tokens": float(tokens),
+    }
+
+
+def advantage_metrics(stats: AdvantageStats) -> dict[str, float]:
+    return {
+        "groups/count": float(stats.groups),
+        "groups/zero_spread_frac": stats.zero_spread_groups / stats.groups if stats.groups else 0.0,
+        "groups/zero_signal_frac": stats.zero_signal_groups / stats.groups if stats.groups else 0.0,
+        "groups/dropped": float(stats.dropped_groups),
+    }
+
+
+ACTOR_START_TIMEOUT_S = 600.0
+ACTOR_PING_TIMEOUT_S = 60.0
+
+
+def required_resources(config: ExperimentConfig) -> dict[str, float]:
+    """CPUs and GPUs the run's actors ask for together."""
+    res = config.resources
+    snapshot = any(o.kind == "snapshot" for o in config.game.opponents)
+    agents = res.agents + int(snapshot)
+    return {
+        "CPU": agents * res.cpus_per_agent + res.rollout_workers * res.cpus_per_worker
+        + res.learner_world_size * res.cpus_learner + res.cpus_comparator,
+        "GPU": agents * res.gpus_per_agent + res.gpus_learner + res.gpus_comparator,
+    }
+
+
+def checkpoint_bytes(config: ExperimentConfig, model_dir: Path) -> int:
+    """About how much disk the run's kept checkpoints take: float32 weights and two AdamW moments,
+    the snapshot opponent's weights when there is one, and one more checkpoint being written."""
+    weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    snapshot = any(o.kind == "snapshot" for o in config.game.opponents)
+    per_checkpoint = weights * (3 + int(snapshot))
+    return per_checkpoint * (config.schedule.keep_checkpoints + 1)
+
+
+def check_resources(config: ExperimentConfig, available: dict[str, float]) -> None:
+    """Refuse, before any actor starts, a run the cluster cannot hold."""
+    for kind, needed in required_resources(config).items():
+        have = float(available.get(kind, 0.0))
+        if needed > have + 1e-9:
+            raise ConfigError(
+                f"resources: the actors need {needed:g} {kind} but the Ray cluster has {have:g} "
+                "(lower resources.* or add nodes)"
+            )
+
+
+@dataclass
+class _Share:
+    """One worker's part of a step's rollout: what it plays, with which seed, and its future."""
+
+    worker: int
+    plans: list[GroupPlan]
+    sampling_seed: int
+    future: Any
+
+
+def _actor_died(err: BaseException) -> bool:
+    """Whether a Ray error means an actor died (also when the death surfaced inside another task)."""
+    if isinstance(err, RayActorError):
+        return True
+    return isinstance(err, RayTaskError) and isinstance(getattr(err, "cause", None), RayActorError)
+
+
+class Trainer:
+    """One training run: actors, loop state, outputs. `run()` is the whole lifecycle."""
+
+    def __init__(self, config: ExperimentConfig, run_dir: Path, address: str | None = None, resume: bool = False) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.address = address
+        self.resume = resume
+        self.step = 0
+        self.baseline = RoleBaseline(config.algorithm.ema_decay)
+        self._snapshot_step = 0
+        self._handles: list[Any] = []
+        self._pending: tuple[int, list[_Share], float] | None = None
+        """The rollout in flight: (its step, each worker's share, when it was launched)."""
+        self._ready: tuple[int, list[Episode], float] | None = None
+        """A rollout collected early (before an evaluation): (its step, episodes, seconds)."""
+        self._unsynced: int | None = None
+        """With overlap, the step whose update has not reached the agents yet."""
+        self._agent_weights: tuple[Any, int] | None = None
+        """The weights the agents hold now (object ref, sync directory or weights staged on the learner; version);
+        None: the initial model's."""
+        self._weight_sync = resolve_weight_sync(config)
+        """`object_store`, `directory` or `collective` (engine.weight_sync resolved)."""
+        self._broadcasts: dict[str, WeightBroadcast] = {}
+        """Collective sync: the weight group of the policy's agents (POLICY) and the snapshot agent's (SNAPSHOT)."""
+        self._snapshot_weights: Any = None
+        """What the snapshot agent holds now: as `_agent_weights`, or a checkpoint folder, or None."""
+        self.restarts = 0
+        """Actors restarted so far in this run."""
+        self._nonfinite_in_row = 0
+        self._checkpointed_step: int | None = None
+        self.stop_signal: str | None = None
+        """The signal that asked the run to stop early (SIGTERM), if any."""
+        self._inject_nonfinite = injected_steps("nonfinite")
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def run(self, on_step: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+        """Train for `schedule.steps` steps (from the last checkpoint when resuming).
+
+        SIGTERM (a scheduler's pre-emption) finishes the current step, writes a checkpoint and
+        returns early (`stop_signal` says so); a second SIGTERM aborts at once."""
+        self._prepare_run_dir()
+        log.info("run directory: %s", self.run_dir)
+        self.model_path = str(self.initial_model_path(self.config))
+        log.info("policy starts from %s", self.model_path)
+        self._check_free_space()
+        self._start_ray()
+        # After ray.init, whose core worker installs a C++ SIGTERM handler that aborts the process.
+        previous = self._install_signal_handler()
+        try:
+            self._start_actors()
+            resume_step = self._restore() if self.resume else None
+            self.metrics = MetricsLog(self.run_dir, self.config.logging.tensorboard, resume_step)
+            self.ledger = EpisodeLedger(self.run_dir, resume_step)
+            records = []
+            if self.step == 0 and self.config.schedule.eval_every > 0 and self.stop_signal is None:
+                records.append(self._log({"step": 0, **self._evaluate()}, on_step))
+            while self.step < self.config.schedule.steps and self.stop_signal is None:
+                record = self._train_step()
+                records.append(self._log(record, on_step))
+                self._check_nonfinite(record)
+            if self.stop_signal is not None:
+                self._stop_early()
+            self.metrics.close()
+            return records
+        finally:
+            self._stop_actors()
+            self._stop_ray()
+            self._restore_signal_handler(previous)
+
+    def _install_signal_handler(self) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            if self.stop_signal is not None:
+                raise RunAborted(f"second {signal.Signals(signum).name}: stopped at once, without a checkpoint")
+            self.stop_signal = signal.Signals(signum).name
+            log.warning("%s received: finishing the current step, then a checkpoint and exit "
+                        "(send it again to stop at once)", self.stop_signal)
+
+        return signal.signal(signal.SIGTERM, on_sigterm)
+
+    @staticmethod
+    def _restore_signal_handler(previous: Any) -> None:
+        if threading.current_thread() is threading.main_thread():
+            # A handler installed outside Python (Ray's) reads as None: fall back to the default.
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+    def _stop_early(self) -> None:
+        if self.step > 0 and self._checkpointed_step != self.step:
+            self._checkpoint(self.step)
+        where = f"checkpoint step_{self.step} written" if self.step > 0 else "no step finished, nothing to save"
+        log.warning("stopped by %s after step %d of %d (%s); continue with: strat train --resume %s",
+                    self.stop_signal, self.step, self.config.schedule.steps, where, self.run_dir)
+
+    def _prepare_run_dir(self) -> None:
+        if self.resume and checkpoint.latest(self.run_dir) is None:
+            raise ConfigError(f"no complete checkpoint in {self.run_dir} to resume from")
+        if not self.resume and checkpoint.complete_checkpoints(self.run_dir):
+            raise ConfigError(
+                f"run directory {self.run_dir} already holds checkpoints; resume it with --resume or pick another run.name"
+            )
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.run_dir / ".write_test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as err:
+            raise ConfigError(f"run directory {self.run_dir} is not writable: {err.strerror}") from None
+        if not self.resume:
+            save_resolved(self.config, self.run_dir)
+
+    def _check_free_space(self) -> None:
+        """Refuse a run whose checkpoints cannot fit on the run directory's disk."""
+        needed = checkpoint_bytes(self.config, Path(self.model_path))
+        free = shutil.disk_usage(self.run_dir).free
+        if free < needed:
+            raise ConfigError(
+                f"run directory {self.run_dir} has {free / 2**20:.0f} MiB free but "
+                f"{self.config.schedule.keep_checkpoints} checkpoint(s) of this model need about "
+                f"{needed / 2**20:.0f} MiB (free space, lower schedule.keep_checkpoints or pick another run.output_dir)"
+            )
+
+    def _start_ray(self) -> None:
+        self._owns_ray = not ray.is_initialized()
+        if not self._owns_ray:
+            return
+        env_vars = {key: os.environ[key] for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS",
+                                                     "TOKENIZERS_PARALLELISM", "STRAT_CACHE_DIR") if key in os.environ}
+        env_vars["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        address = self.address or ("auto" if os.environ.get("RAY_ADDRESS") else None)
+        if address:
+            ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=False)
+        else:
+            ray.init(
+                num_cpus=max(2, os.cpu_count() or 2),
+                include_dashboard=False,
+                dashboard_host="127.0.0.1",
+                runtime_env={"env_vars": env_vars},
+                log_to_driver=False,
+                configure_logging=False,
+            )
+
+    def _stop_actors(self) -> None:
+        for handle in self._handles:
+            ray.kill(handle)
+        self._handles = []
+        if getattr(self, "placement", None) is not None:
+            self.placement.remove()
+            self.placement = None
+
+    def _stop_ray(self) -> None:
+        if getattr(self, "_owns_ray", False) and ray.is_initialized():
+            ray.shutdown()
+
+    def _start_actors(self) -> None:
+        config = self.config
+        res = config.resources
+        check_resources(config, ray.cluster_resources())
+        self._engine_kwargs = engine_kwargs(config)
+        self.placement = None
+        if needs_placement(config):
+            # One placement group per role; a plan that cannot fit is refused here, before any actor.
+            self.placement = reserve(plan_placement(config, cluster_from_ray(ray.nodes())), ACTOR_START_TIMEOUT_S)
+        # An agent's engine holds all of its tensor-parallel GPUs.
+        self._agent_cls = (AgentActor, {"num_cpus": res.cpus_per_agent,
+                                        "num_gpus": res.gpus_per_agent * config.engine.tensor_parallel_size})
+        self._worker_cls = (RolloutWorker, {"num_cpus": res.cpus_per_worker})
+        self.agents = [self._new_agent(index=i) for i in range(res.agents)]
+        self.snapshot = None
+        if any(o.kind == "snapshot" for o in config.game.opponents):
+            self.snapshot = self._new_agent(role="snapshot")
+        self.workers = [self._new_worker(i) for i in range(res.rollout_workers)]
+        weights = config.comparison.weights
+        self.comparator = CoTComparator.options(
+            num_cpus=res.cpus_comparator, num_gpus=res.gpus_comparator, **self._placed("comparator")
+        ).remote(ComparisonWeights(weights.predict, weights.belief, weights.agreement), agreement_settings(config),
+                 self._judges())
+        # One handle for all learner ranks (data-parallel FSDP2 when there are several).
+        self.learner = LearnerGroup.start(
+            self.model_path, learner_settings(config), res.learner_world_size,
+            lambda rank: {"num_cpus": res.cpus_learner, "num_gpus": res.gpus_per_learner_rank,
+                          **self._placed("learner", rank)},
+            ACTOR_START_TIMEOUT_S,
+        )
+        if self._weight_sync == "collective":
+            backend = resolve_collective_backend(config)
+            self._broadcasts = {weights: WeightBroadcast(self.learner, weights, backend)
+                                for weights in (POLICY, SNAPSHOT)}
+        self._collect_handles()
+        self._wait_ready(self._handles)
+        log.info("actors ready: %d agent(s), %d rollout worker(s), comparator, learner (%d rank(s))",
+                 len(self.agents), len(self.workers), len(self.learner.ranks))
+
+    def _placed(self, role: str, index: int = 0) -> dict[str, Any]:
+        """The actor's bundle in its role's placement group (nothing on a CPU-only run). A restarted
+        actor takes the bundle its predecessor freed."""
+        return {} if self.placement is None else {"scheduling_strategy": self.placement.strategy(role, index)}
+
+    def _new_agent(self, index: int = 0, role: str = "agent") -> Any:
+        cls, options = self._agent_cls
+        return cls.options(**options, **self._placed(role, index)).remote(
+            self.config.engine.backend, self.model_path, self._engine_kwargs
+        )
+
+    def _new_worker(self, index: int) -> Any:
+        agent = self.agents[index % len(self.agents)]
+        cls, options = self._worker_cls
+        return cls.options(**options, **self._placed("rollout_worker", index)).remote(
+            rollout_settings(self.config), self.model_path, agent, self.snapshot
+        )
+
+    def _collect_handles(self) -> None:
+        self._handles = [*self.agents, *self.workers, self.comparator, *self.learner.ranks]
+        if self.snapshot is not None:
+            self._handles.append(self.snapshot)
+
+    @staticmethod
+    def _wait_ready(handles: list[Any]) -> None:
+        ready = [h.ready.remote() for h in handles]
+        _, pending = ray.wait(ready, num_returns=len(ready), timeout=ACTOR_START_TIMEOUT_S)
+        if pending:
+            raise RuntimeError(
+                f"{len(pending)} of {len(ready)} actors did not start within {ACTOR_START_TIMEOUT_S:.0f} s; "
+                f"the cluster has {ray.available_resources()} free"
+            )
+        ray.get(ready)
+
+    @staticmethod
+    def initial_model_path(config: ExperimentConfig) -> Path:
+        """The model RL starts from: the configured one (a tiny model is built), warm-started when asked."""
+        if config.model.tiny_game is not None:
+            log.info("tiny model for %s: built on first use, then cached", config.model.tiny_game)
+        base = base_model_path(config)
+        if not config.warm_start.enabled:
+            return base
+        log.info(
+            "warm start (format, not strategy): trained on first use (the default takes ~4 min on 2 CPU cores), "
+            "then cached"
+        )
+        return ensure_warm(base, config.game.name, warm_start_settings(config))
+
+    def _restore(self) -> int:
+        latest = checkpoint.latest(self.run_dir)
+        if latest is None:
+            raise ConfigError(f"no complete checkpoint in {self.run_dir} to resume from")
+        loop_state = self._learner_get(self.learner.load.remote(str(latest.path), latest.step))
+        self.step = latest.step
+        self._checkpointed_step = latest.step
+        self.baseline.load_state_dict(loop_state.get("baseline", {}))
+        self._sync(version=self.step)
+        self._snapshot_step = int(loop_state.get("snapshot_step", 0))
+        if self.snapshot is not None and (latest.path / "snapshot").is_dir():
+            if self._weight_sync == "collective":
+                # The learner restored the snapshot with the checkpoint: broadcast it from there, no disk.
+                ref = self.learner.stage_snapshot.remote(False)
+                self._snapshot_weights = loadable("collective", ref, self._learner_get(ref), self._broadcasts[SNAPSHOT])
+            else:
+                # A copy outside the checkpoint, which keep_checkpoints may prune while a restarted
+                # snapshot agent could still need it.
+                kept = snapshot_path(self.config, self.run_dir, self._snapshot_step)
+                if not kept.is_dir():
+                    kept.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copytree(latest.path / "snapshot", kept.with_name(kept.name + ".tmp"), dirs_exist_ok=True)
+                    kept.with_name(kept.name + ".tmp").rename(kept)
+                self._snapshot_weights = str(kept)
+            ray.get(load_calls([self.snapshot], self._snapshot_weights, self._snapshot_step))
+        log.info("resumed from %s (step %d)", latest.path, latest.step)
+        return latest.step
+
+    # --- faults ----------------------------------------------------------------------------
+
+    def _recover(self, where: str, err: BaseException) -> None:
+        """Restart every agent and rollout worker that died, with the weights the others hold."""
+        self.restarts += 1
+        limit = self.config.schedule.max_actor_restarts
+        if self.restarts > limit:
+            raise RunAborted(
+                f"{where}: an actor died again ({type(err).__name__}) after {limit} restart(s) "
+                f"(schedule.max_actor_restarts); {self._resume_hint()}"
+            )
+        dead_agents = [i for i, handle in enumerate(self.agents) if not self._alive(handle)]
+        snapshot_dead = self.snapshot is not None and not self._alive(self.snapshot)
+        dead_workers = [i for i, handle in enumerate(self.workers) if not self._alive(handle)]
+        log.warning("%s: actor died (%s); restarting %d agent(s)%s and %d rollout worker(s) "
+                    "(restart %d of at most %d), the lost work is replayed",
+                    where, type(err).__name__, len(dead_agents), " and the snapshot" if snapshot_dead else "",
+                    len(dead_workers), self.restarts, limit)
+        for i in dead_agents:
+            self.agents[i] = self._new_agent(index=i)
+        if snapshot_dead:
+            self.snapshot = self._new_agent(role="snapshot")
+        fresh = [self.agents[i] for i in dead_agents] + ([self.snapshot] if snapshot_dead else [])
+        self._wait_ready(fresh)
+        # The weights the others hold. Collective: a weight group of the restarted agents is formed for it (the
+        # learner kept those weights), and one of all agents again at the next sync.
+        loads = []
+        if self._agent_weights is not None:
+            weights, version = self._agent_weights
+            loads += load_calls([self.agents[i] for i in dead_agents], weights, version)
+        if snapshot_dead and self._snapshot_weights is not None:
+            loads += load_calls([self.snapshot], self._snapshot_weights, self._snapshot_step)
+        ray.get(loads)
+        for i in dead_workers:
+            self.workers[i] = self._new_worker(i)
+        self._wait_ready([self.workers[i] for i in dead_workers])
+        if dead_agents or snapshot_dead:
+            ray.get([
+                worker.set_agents.remote(self.agents[i % len(self.agents)], self.snapshot)
+                for i, worker in enumerate(self.workers) if i not in dead_workers
+            ])
+        if dead_agents and self._judges():
+            ray.get(self.comparator.set_agents.remote(self._judges()))
+        self._collect_handles()
+
+    def _judges(self) -> list[Any]:
+        """The agent actors the comparator judges with: the policy's when comparison.judge_engine=policy."""
+        comparison = self.config.comparison
+        return list(self.agents) if comparison.agreement == "judge" and comparison.judge_engine == "policy" else []
+
+    @staticmethod
+    def _alive(handle: Any) -> bool:
+        try:
+            ray.get(handle.ready.remote(), timeout=ACTOR_PING_TIMEOUT_S)
+        except GetTimeoutError:
+            return True  # busy, not dead
+        except Exception as err:  # noqa: BLE001
+            if _actor_died(err):
+                return False
+            raise
+        return True
+
+    def _resume_hint(self) -> str:
+        latest = checkpoint.latest(self.run_dir)
+        if latest is None:
+            return "no checkpoint was written yet, so the run must start again"
+        return f"the last complete checkpoint is step {latest.step}: continue with strat train --resume {self.run_dir}"
+
+    def _learner_get(self, ref: Any) -> Any:
+        """The result of a learner call (once every rank has made it); a rank's death ends the run with where to
+        resume from."""
+        try:
+            return self.learner.get(ref)
+        except Exception as err:  # noqa: BLE001
+            if _actor_died(err):
+                raise RunAborted(f"the learner actor died at step {self.step + 1}; {self._resume_hint()}") from None
+            raise
+
+    def _comparator_get(self, episodes: list[Episode]) -> list[ScoredEpisode]:
+        """Scores from the comparator; its death ends the run after a checkpoint of the last step. An agent
+        that dies while the policy judges is restarted and the scoring repeated."""
+        while True:
+            try:
+                return ray.get(self.comparator.score.remote(episodes))
+            except Exception as err:  # noqa: BLE001
+                if not _actor_died(err):
+                    raise
+                if not (self._judges() and self._alive(self.comparator)):
+                    break
+                self._recover("comparison", err)
+        if self.step > 0 and self._checkpointed_step != self.step:
+            self._checkpoint(self.step)
+        raise RunAborted(f"the comparator actor died at step {self.step + 1}; {self._resume_hint()}")
+
+    def _check_nonfinite(self, record: dict[str, Any]) -> None:
+        if not record.get("learn/skipped"):
+            self._nonfinite_in_row = 0
+            return
+        self._nonfinite_in_row += 1
+        limit = self.config.schedule.max_nonfinite_updates
+        log.warning("step %d: non-finite loss or gradient, update skipped (%d in a row, the run stops at %d)",
+                    record["step"], self._nonfinite_in_row, limit)
+        if self._nonfinite_in_row >= limit:
+            raise RunAborted(
+                f"{self._nonfinite_in_row} updates in a row had a non-finite loss or gradient (up to step "
+                f"{record['step']}; schedule.max_nonfinite_updates={limit}); lower algorithm.lr or check the "
+                f"rewards; {self._resume_hint()}"
+            )
+
+    # --- one step --------------------------------------------------------------------------
+
+    def _launch_share(self, worker: int, plans: list[GroupPlan], sampling_seed: int) -> _Share:
+        return _Share(worker, plans, sampling_seed, self.workers[worker].run.remote(plans, sampling_seed))
+
+    def _launch_rollout(self, step: int) -> None:
+        """Start step `step`'s rollout on every worker; groups are split over workers."""
+        config = self.config
+        per_worker = self._split(config.algorithm.groups_per_step)
+        settings = rollout_settings(config)
+        shares = [
+            self._launch_share(index, plan_groups(settings, config.run.seed, step, index, count),
+                               derive_seed(config.run.seed, step, index, "sampling"))
+            for index, count in enumerate(per_worker) if count > 0
+        ]
+        self._pending = (step, shares, time.perf_counter())
+
+    def _collect_rollout(self, step: int) -> tuple[list[Episode], float]:
+        """Step `step`'s episodes (launched now if not in flight) and the rollout's wall time.
+
+        A share whose worker or agent died is played again, from its plans and seed, on restarted
+        actors; a failed share returns nothing, so no episode is lost or counted twice."""
+        if self._ready is not None and self._ready[0] == step:
+            _, episodes, rollout_s = self._ready
+            self._ready = None
+            return episodes, rollout_s
+        if self._pending is None or self._pending[0] != step:
+            self._launch_rollout(step)
+        _, shares, launched = self._pending
+        self._pending = None
+        episodes = self._gather(shares, f"step {step} rollout")
+        return episodes, time.perf_counter() - launched
+
+    def _gather(self, shares: list[_Share], where: str) -> list[Episode]:
+        """The episodes of `shares` in worker order; a share whose worker or agent died is played again."""
+        done: dict[int, list[Episode]] = {}
+        while shares:
+            failed, error = [], None
+            for share in shares:
+                try:
+                    done[share.worker] = ray.get(share.future)
+                except Exception as err:  # noqa: BLE001
+                    if not _actor_died(err):
+                        raise
+                    failed.append(share)
+                    error = err
+            if not failed:
+                break
+            self._recover(where, error)
+            shares = [self._launch_share(s.worker, s.plans, s.sampling_seed) for s in failed]
+        return [episode for worker in sorted(done) for episode in done[worker]]
+
+    def _split(self, count: int) -> list[int]:
+        """How many of `count` groups each rollout worker plays."""
+        workers = len(self.workers)
+        return [count // workers + (index < count % workers) for index in range(workers)]
+
+    def _resample_zero_spread(self, step: int, episodes: list[Episode]) -> tuple[list[Episode], dict[str, float]]:
+        """Replace groups with no outcome spread by freshly dealt ones that have some (DAPO's dynamic
+        sampling), in up to `algorithm.resample_rounds` rounds on the current weights; groups still without
+        spread after the last round are kept. The replacements take the replaced groups' places. With overlap,
+        right after an evaluation step the agents are one update newer than the step's own rollout: the
+        replacements carry their own behaviour log-probs, so the staleness correction stays exact."""
+        config = self.config
+        settings = rollout_settings(config)
+        played = replaced = 0
+        started = time.perf_counter()
+        for round_index in range(1, config.algorithm.resample_rounds + 1):
+            flat = zero_spread_group_ids(episodes)
+            if not flat:
+                break
+            shares = [
+                self._launch_share(index, plan_groups(settings, config.run.seed, step, index, count, round_index),
+                                   derive_seed(config.run.seed, step, index, "resample", round_index))
+                for index, count in enumerate(self._split(len(flat))) if count > 0
+            ]
+            fresh = self._gather(shares, f"step {step} resampling")
+            played += len(flat)
+            episodes, swapped = replace_zero_spread_groups(episodes, fresh)
+            replaced += swapped
+        return episodes, {
+            "groups/resampled": float(replaced),
+            "groups/resample_played": float(played),
+            "time/resample_s": time.perf_counter() - started,
+        }
+
+    def _on_agents(self, where: str, call: Callable[[], list[Any]]) -> Any:
+        """Run calls on agents/workers (made by `call`), restarting dead ones and calling again."""
+        while True:
+            try:
+                return ray.get(call())
+            except Exception as err:  # noqa: BLE001
+                if not _actor_died(err):
+                    raise
+                self._recover(where, err)
+
+    def _push_weights(self, version: int) -> float:
+        """Sync the learner's weights to every agent (and refresh the snapshot when due); seconds taken."""
+        started = time.perf_counter()
+        self._sync(version=version)
+        self._maybe_snapshot(version)
+        return time.perf_counter() - started
+
+    def _train_step(self) -> dict[str, Any]:
+        config = self.config
+        step = self.step + 1
+        started = time.perf_counter()
+        overlap = config.schedule.max_staleness > 0
+        episodes, rollout_s = self._collect_rollout(step)
+        resampling: dict[str, float] = {}
+        if config.algorithm.zero_spread == "resample":
+            # Before the next rollout starts and before any weight sync: the extra groups use the same weights.
+            episodes, resampling = self._resample_zero_spread(step, episodes)
+        self.ledger.write(step, episodes)
+        rollout_wait_s = time.perf_counter() - started
+        sync_s = 0.0
+        if overlap:
+            # The update of step - 1 reaches the agents only now, between two rollouts, so that every
+            # rollout runs on one set of weights exactly one update old.
+            if self._unsynced is not None:
+                sync_s += self._push_weights(self._unsynced)
+                self._unsynced = None
+            if step < config.schedule.steps:
+                self._launch_rollout(step + 1)
+
+        scored = self._comparator_get(episodes)
+        samples, stats = compute_advantages(scored, advantage_config(config),
+                                            self.baseline if config.algorithm.baseline == "ema" else None)
+        if step in self._inject_nonfinite:
+            samples = [dataclasses.replace(sample, advantage=float("nan")) for sample in samples]
+        learn_started = time.perf_counter()
+        learn = self._learner_get(self.learner.update.remote(samples))
+        learn_s = time.perf_counter() - learn_started
+        self.step = step
+
+        evaluate = bool(config.schedule.eval_every) and step % config.schedule.eval_every == 0
+        if not overlap:
+            sync_s += self._push_weights(step)
+        elif evaluate and self._pending is not None:
+            # Evaluation must see this step's weights: let the next rollout finish first, then sync.
+            next_step = self._pending[0]
+            self._ready = (next_step, *self._collect_rollout(next_step))
+            sync_s += self._push_weights(step)
+        elif evaluate:
+            sync_s += self._push_weights(step)
+        else:
+            self._unsynced = step
+
+        record: dict[str, Any] = {
+            "step": step, **episode_metrics(scored), **advantage_metrics(stats), **resampling, **learn
+        }
+        record.setdefault("loss/kl", 0.0)
+        if evaluate:
+            record.update(self._evaluate())
+        if config.logging.samples_every and step % config.logging.samples_every == 0:
+            self._write_samples(step, scored[: min(4, len(scored))])
+        if config.schedule.checkpoint_every and (step % config.schedule.checkpoint_every == 0 or step == config.schedule.steps):
+            self._checkpoint(step)
+        step_s = time.perf_counter() - started
+        record.update({
+            "time/rollout_s": rollout_s,
+            "time/rollout_wait_s": rollout_wait_s,
+            "time/learn_s": learn_s,
+            "time/sync_s": sync_s,
+            "time/step_s": step_s,
+            "throughput/gen_tokens_per_s": record.pop("gen/tokens") / rollout_s if rollout_s > 0 else 0.0,
+            "faults/actor_restarts": float(self.restarts),
+        })
+        return record
+
+    def _sync(self, version: int) -> None:
+        ref = publish_weights(self.learner, self._weight_sync, sync_path(self.config, self.run_dir, version))
+        written = self._learner_get(ref)  # the learner's death ends the run here, not inside an agent
+        weights = loadable(self._weight_sync, ref, written, self._broadcasts.get(POLICY))
+        self._agent_weights = (weights, version)
+        self._on_agents("weight sync", lambda: load_calls(self.agents, weights, version))
+
+    def _maybe_snapshot(self, step: int) -> None:
+        every = self.config.schedule.snapshot_every
+        if self.snapshot is not None and every and step % every == 0:
+            ref = publish_snapshot(self.learner, self._weight_sync, snapshot_path(self.config, self.run_dir, step))
+            written = self._learner_get(ref)
+            weights = loadable(self._weight_sync, ref, written, self._broadcasts.get(SNAPSHOT))
+            self._snapshot_weights = weights
+            self._snapshot_step = step
+            self._on_agents("snapshot refresh", lambda: load_calls([self.snapshot], weights, step))
+
+    def _checkpoint(self, step: int) -> None:
+        loop_state = {"baseline": self.baseline.state_dict(), "snapshot_step": self._snapshot_step}
+        ref = self.learner.save.remote(str(self.run_dir), step, loop_state, self.config.schedule.keep_checkpoints)
+        try:
+            path = self._learner_get(ref)
+        except RayTaskError as err:
+            cause = getattr(err, "cause", None)
+            if not isinstance(cause, OSError):
+                raise
+            raise RunAborted(
+                f"checkpoint of step {step} could not be written to {self.run_dir} "
+                f"({cause.strerror or cause}); nothing was half-written over; {self._resume_hint()}"
+            ) from None
+        self._checkpointed_step = step
+        log.info("checkpoint written: %s", path)
+
+    # --- evaluation ------------------------------------------------------------------------
+
+    def _evaluate(self) -> dict[str, Any]:
+        config = self.config
+        seed = derive_seed(config.run.seed, "eval")
+        returns, wins = self._on_agents(
+            "evaluation", lambda: self.workers[0].play_vs.remote("random", config.eval.games, seed)
+        )
+        mean_return, return_ci = mean_interval(returns)
+        out: dict[str, Any] = {
+            "eval/return_vs_random": mean_return,
+            "eval/return_vs_random_ci": return_ci,
+            "eval/win_rate_vs_random": sum(wins) / len(wins) if wins else None,
+        }
+        if config.game.name in EXPLOITABLE_GAMES and config.eval.samples_per_infoset > 0:
+            estimate = self._on_agents("evaluation", lambda: self.workers[0].exploitability.remote(
+                config.eval.samples_per_infoset, seed, config.eval.bootstrap))
+            out["eval/exploitability"] = estimate.value
+            out["eval/exploitability_ci"] = [estimate.ci_low, estimate.ci_high]
+        return out
+
+    # --- outputs ---------------------------------------------------------------------------
+
+    def _log(self, record: dict[str, Any], on_step: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+        self.metrics.write(record)
+        if on_step is not None:
+            on_step(record)
+        return record
+
+    def _write_samples(self, step: int, scored: list[ScoredEpisode]) -> None:
+        folder = self.run_dir / "samples"
+        folder.mkdir(exist_ok=True)
+        (folder / f"step_{step}.md").write_text(render_transcripts(scored, step))
+
+
+def train(config_path: str | None, overrides: list[str], address: str | None = None, resume: str | None = None,
+          on_start: Callable[[int], None] | None = None,
+          on_step: Callable[[dict[str, Any]], None] | None = None) -> tuple[Path, list[dict[str, Any]]]:
+    """`strat train`: load (or, on resume, reload) the config, then run. Returns the run dir and records."""
+    if resume is not None:
+        run_dir = Path(resume)
+        saved = run_dir / "config.yaml"
+        if not saved.is_file():
+            raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
+        config = load_config(saved, overrides)
+    else:
+        config = load_config(config_path, overrides)
+        run_dir = config.run_dir
+    trainer = Trainer(config, run_dir, address=address, resume=resume is not None)
+    if on_start is not None:
+        on_start(config.schedule.steps)
+    return run_dir, trainer.run(on_step)
+
