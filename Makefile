@@ -15,7 +15,7 @@ BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(STRAT_EXTRA)
 PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 
-.PHONY: install test test-faults train check bench clean-venv
+.PHONY: install test test-faults train check bench docs clean-venv
 
 install: $(STAMP)
 
@@ -41,7 +41,11 @@ test-faults: install
 check: install
 	$(BIN)/strat check $(CONFIG)
 
-# Efficiency against plain baselines (README "Performance"); ~10-15 min on 2 cores,
+# docs/configuration.md from the schema (a test fails when it is stale).
+docs: install
+	$(BIN)/strat config-reference --out docs/configuration.md
+
+# Efficiency against plain baselines (docs/performance.md); ~10-15 min on 2 cores,
 # BENCH_ARGS=--quick for a short, indicative run, BENCH_ARGS=--json for machine-readable output.
 BENCH_ARGS  ?=
 bench: install

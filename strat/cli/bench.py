@@ -26,7 +26,7 @@ def bench(
 ) -> None:
     """Measure rollout and learner efficiency, weight sync, overlap, scaling, memory and end-to-end speed
     against plain baselines, on the same prompts and token counts."""
-    from strat.benchmarks import FIGURES, run_bench
+    from strat.benchmarks import FIGURES, run_bench  # deferred for start-up cost (torch, Ray)
 
     if not config.is_file():
         raise UserError(f"--config {config}: no such file")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from games.opponents import opponent_names
 from strat.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -56,8 +57,7 @@ def eval_command(
     ] = None,
 ) -> Path:
     """Evaluate a policy against scripted opponents, or several policies head to head."""
-    # Deferred: games, torch and the engines cost seconds to import, and `strat --help` registers this command.
-    from games.opponents import opponent_names
+    # Deferred: torch and the engines cost seconds to import, and `strat --help` registers this command.
     from strat.eval.evaluation import evaluate_policy, head_to_head
     from strat.eval.policies import load_policy
     from strat.eval.report import write_report

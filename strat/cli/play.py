@@ -1,6 +1,6 @@
 """`strat play`: a game in the terminal against a scripted opponent or a trained policy.
 
-The games and the policies are imported inside the verb: `strat --help` registers every verb."""
+A trained policy (torch, an engine) is imported inside the verb: `strat --help` registers every verb."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from typing import Annotated
 
 import typer
 
+import games
+from games.opponents import opponent_names
+from games.play import play as play_game
 from strat.errors import UserError
 
 
@@ -22,10 +25,6 @@ def play(
     show_reasoning: Annotated[bool, typer.Option(help="Show a trained opponent's reasoning after each move.")] = False,
 ) -> None:
     """Play a game in the terminal against an opponent, seeing the text the model sees."""
-    import games
-    from games.opponents import opponent_names
-    from games.play import play as play_game
-
     if game not in games.names():
         raise UserError(f"unknown game {game!r} (allowed: {', '.join(games.names())})")
     if opponent in opponent_names(game):
@@ -36,7 +35,7 @@ def play(
             f"opponent {opponent!r} is neither a scripted opponent for {game} "
             f"({', '.join(opponent_names(game))}) nor a checkpoint or run directory"
         )
-    from strat.eval.policies import load_policy
+    from strat.eval.policies import load_policy  # deferred for start-up cost (torch, engines)
 
     policy = load_policy(opponent, game)
     play_game(game, opponent=opponent, seed=seed, human_seat=seat, bot=_PolicyOpponent(policy, seed, show_reasoning))

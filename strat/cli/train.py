@@ -1,7 +1,8 @@
-"""`strat check`, `strat init-model`, `strat sft`, `strat train`: a config, a model, a warm start and a run.
+"""`strat check`, `strat config-reference`, `strat init-model`, `strat sft`, `strat train`: a config and its
+reference, a model, a warm start and a run.
 
-Games, torch, Ray and the trainer are imported inside each verb: they cost seconds, and `strat --help`
-registers every verb."""
+torch, transformers, Ray and the trainer are imported inside the verbs that need them: they cost seconds, and
+`strat --help` registers every verb."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from typing import Annotated
 
 import typer
 
+import games
 from strat.cli.app import ConfigArg, OverridesArg, load
 from strat.config import to_yaml
+from strat.config_reference import reference_markdown
 from strat.errors import UserError
+from strat.model import tiny as tiny_model
 
 
 def check(config: ConfigArg, overrides: OverridesArg = None) -> None:
@@ -29,9 +33,6 @@ def init_model(
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
 ) -> None:
     """Build a tiny Qwen2-architecture model offline: tokenizer from the game's text, random weights."""
-    import games
-    from strat.model import tiny as tiny_model
-
     if game not in games.names():
         raise UserError(f"unknown game {game!r} (allowed: {', '.join(games.names())})")
     path = tiny_model.build(game, out, seed=seed)
@@ -44,6 +45,7 @@ def sft(
     out: Annotated[Path | None, typer.Option(help="Output directory (default: the shared cache, reused by train).")] = None,
 ) -> None:
     """Warm start: fine-tune the config's model on templated-reasoning transcripts of weak scripted play."""
+    # Deferred for start-up cost (torch, transformers; see the module docstring).
     from strat.model.warmstart import ensure_warm, warm_start
     from strat.train.settings import base_model_path, warm_start_settings
 
@@ -65,6 +67,7 @@ def train(
     resume: Annotated[Path | None, typer.Option(help="Continue a run directory from its last complete checkpoint.")] = None,
 ) -> None:
     """Run Strat-Reasoner training: rollout, comparison, advantage, update, weight sync, eval, checkpoints."""
+    # Deferred for start-up cost (Ray, torch, transformers; see the module docstring).
     from strat.cli.progress import TrainProgress
     from strat.train.trainer import train as run_training
 
@@ -87,3 +90,16 @@ def train(
             on_step=progress.update,
         )
     progress.summary(run_dir, records)
+
+
+def config_reference(
+    out: Annotated[Path | None, typer.Option(help="Write the reference to this file instead of printing it.")] = None,
+) -> None:
+    """Print the configuration reference (docs/configuration.md): every key, its type, default and description."""
+    text = reference_markdown()
+    if out is None:
+        typer.echo(text)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+    typer.echo(f"configuration reference written to {out}")
