@@ -1,4 +1,4 @@
-"""Process-wide defaults that must be set before torch or vLLM is imported (PLATFORM.md)."""
+"""Process-wide defaults that must be set before torch or vLLM is imported: offline hub, one OpenMP thread, quiet logs."""
 
 import os
 

@@ -107,7 +107,7 @@ def hf_generate(model, tokenizer, prompts: Sequence[Sequence[int]], max_new_toke
 
 def reference_generate_tok_s(model_path: str | Path, prompts: int = 64, tokens: int = 32, repeats: int = 3) -> float:
     """transformers generate, one thread, `prompts` short prompts x up to `tokens` sampled tokens
-    (a random model seldom stops early), best of `repeats`: the figure PLATFORM.md quotes
+    (a random model seldom stops early), best of `repeats`: the reference figure docs/performance.md quotes
     (~9,000 tok/s for the tiny model)."""
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = load_model(model_path, train=False)

@@ -146,8 +146,6 @@ def machine_info() -> dict[str, Any]:
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
     }
     try:
-        import torch
-
         info["torch"] = torch.__version__
         info["gpu"] = bool(torch.cuda.is_available())
         info["torch_threads"] = torch.get_num_threads()
@@ -520,7 +518,7 @@ def _learner_micro_batches(learner, samples: Sequence[Any]) -> list[list[Any]]:
 
 def grpo_baseline(ctx: BenchContext) -> GRPOBaseline:
     """Figure 7's baseline: the minimal single-process GRPO loop on the same model, group size,
-    groups per step and output budget, plus the 64 x 32 generate reference of PLATFORM.md."""
+    groups per step and output budget, plus the 64 x 32 generate reference of docs/performance.md."""
     config = ctx.config
     reference = reference_generate_tok_s(ctx.base_model_path, ctx.sizes.reference_prompts, ctx.sizes.reference_tokens)
     settings = GRPOSettings(

@@ -315,7 +315,7 @@ class GRPOBaseline:
     learn_s: float
     mean_response_tokens: float
     reference_tok_s: float
-    """transformers generate, 64 prompts x 32 tokens (forced length), as PLATFORM.md measures it."""
+    """transformers generate, 64 prompts x 32 tokens (forced length), the reference measurement of docs/performance.md."""
 
     @property
     def tokens_per_step_s(self) -> float:
@@ -347,7 +347,7 @@ class EndToEnd:
 
 
 PLATFORM_HF_GENERATE_TOK_S = 9000.0
-"""PLATFORM.md: plain transformers generate, 1 thread, tiny model, 64 prompts x 32 tokens."""
+"""The reference of docs/performance.md: plain transformers generate, 1 thread, tiny model, 64 prompts x 32 tokens."""
 
 
 @dataclass
@@ -467,7 +467,7 @@ def _figures(report: BenchReport) -> Iterable[Figure]:
             numerator=e2e.strat_tok_s, baseline=e2e.baseline.tokens_per_step_s, rate_unit="gen tok/step-s",
             baseline_label="single-process GRPO loop", target=Target(">=", 1.0),
             note=f"baseline generate {e2e.baseline.generate_tok_s:.0f} tok/s; 64x32 reference "
-                 f"{e2e.baseline.reference_tok_s:.0f} tok/s (PLATFORM.md ~{PLATFORM_HF_GENERATE_TOK_S:.0f})",
+                 f"{e2e.baseline.reference_tok_s:.0f} tok/s (reference ~{PLATFORM_HF_GENERATE_TOK_S:.0f})",
         )
 
 

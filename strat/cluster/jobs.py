@@ -84,6 +84,7 @@ def auth_token() -> str | None:
 
 def connect(address: str) -> JobSubmissionClient:
     """A Jobs API client for the dashboard at `address` (e.g. http://127.0.0.1:8265), token attached."""
+    # Ray is imported here for start-up cost: `strat --help` imports this module to register the job verbs.
     from ray.job_submission import JobSubmissionClient
 
     token = auth_token()

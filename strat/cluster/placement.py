@@ -313,7 +313,7 @@ class Placement:
 
     def strategy(self, role: Role, index: int = 0) -> PlacementGroupSchedulingStrategy | str:
         """The `scheduling_strategy` for an actor (`"DEFAULT"` when it reserved nothing)."""
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # start-up cost, as in `reserve`
 
         for actor in self.plan.actors:
             if actor.role == role and actor.index == index:
@@ -325,7 +325,7 @@ class Placement:
         raise KeyError(f"no {role}[{index}] in the plan")
 
     def remove(self) -> None:
-        from ray.util import remove_placement_group
+        from ray.util import remove_placement_group  # start-up cost, as in `reserve`
 
         for group in self.groups.values():
             remove_placement_group(group)
@@ -334,6 +334,8 @@ class Placement:
 
 def reserve(result: Plan, timeout_s: float = 600.0) -> Placement:
     """Create the plan's placement groups on the connected Ray cluster and wait until all are placed."""
+    # Ray is imported here for start-up cost: `strat plan` and the config checks use the plan alone, and the CLI
+    # imports this module to register its verbs.
     import ray
     from ray.util import placement_group, remove_placement_group
 

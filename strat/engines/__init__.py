@@ -29,12 +29,14 @@ def build_engine(
     if backend == "hf":
         if multiprocess:
             raise ValueError("multiprocess is a vllm engine option; the hf backend always runs in-process")
+        # Each backend's module imports its library; only the chosen one is loaded (transformers takes seconds).
         from strat.engines.hf import HFEngine
 
         return HFEngine(model_path, dtype=dtype, trust_remote_code=trust_remote_code)
     if backend == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise RuntimeError("the vllm backend needs vLLM: install the `cpu` or `gpu` extra, or set engine.backend=hf")
+        # vLLM is an optional dependency (the `cpu` and `gpu` extras) and takes seconds to import.
         from strat.engines.vllm_engine import VLLMEngine
 
         return VLLMEngine(

@@ -261,6 +261,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def _pyplot():
+    # Imported here: the Agg backend must be chosen before pyplot is imported, and only plots need it.
     import matplotlib
 
     matplotlib.use("Agg")

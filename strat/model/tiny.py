@@ -76,6 +76,8 @@ def cache_dir() -> Path:
 
 def build_tokenizer(texts: list[str], vocab_size: int):  # -> PreTrainedTokenizerFast
     """Train a byte-level BPE tokenizer (any byte string stays encodable) with a chat template."""
+    # Imported here for start-up cost: strat.config imports this module for TinyModelSettings, and every CLI verb
+    # imports strat.config; tokenizers, transformers and torch take seconds.
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -102,7 +104,7 @@ def build_tokenizer(texts: list[str], vocab_size: int):  # -> PreTrainedTokenize
 
 def build(game: str, out: str | os.PathLike[str], seed: int = 0, settings: TinyModelSettings = TinyModelSettings()) -> Path:
     """Build the tiny model for `game` into `out` (created or replaced); deterministic for a seed."""
-    import torch
+    import torch  # start-up cost, as in `build_tokenizer`
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = build_tokenizer(corpus(game, settings), settings.vocab_size)

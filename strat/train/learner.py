@@ -329,7 +329,7 @@ class PolicyLearner:
         """The weights of the frozen snapshot opponent, kept so that a checkpoint can restore it."""
 
     def _add_lora(self, model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
-        try:
+        try:  # peft is an optional dependency (the `gpu` and `dev` extras): imported only when LoRA is on
             from peft import LoraConfig, get_peft_model
             from peft.tuners.lora import LoraLayer
         except ImportError:
@@ -779,7 +779,7 @@ class _CheckpointWriter:
         if generation is not None:
             generation.save_pretrained(directory)
         if learner.settings.lora is not None:
-            from peft import get_peft_model_state_dict
+            from peft import get_peft_model_state_dict  # optional dependency, as in `_add_lora`
 
             adapter = get_peft_model_state_dict(learner.model, state_dict=self.full)
             (directory / "adapter").mkdir()

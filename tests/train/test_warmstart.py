@@ -69,7 +69,7 @@ def _recorded_transcripts(monkeypatch: pytest.MonkeyPatch, game: str, depth: int
             moves.append(Move(tuple(env.legal_action_names(agent)), env.action_name(action, agent), hidden))
             return action
 
-    monkeypatch.setattr(games.opponents, "make_opponent", lambda *a, **k: Recording(make(*a, **k)))
+    monkeypatch.setattr(warmstart, "make_opponent", lambda *a, **k: Recording(make(*a, **k)))
     examples = transcripts(game, depth, episodes, seed=7)
     assert len(examples) == len(moves)
     return examples, moves
@@ -115,7 +115,7 @@ def test_the_belief_does_not_know_the_hidden_card_better_than_chance(monkeypatch
     assert 0.4 <= sum(hits) / len(hits) <= 0.6
 
 
-def env_at(game: str, chance_and_moves: list[int]) -> games.TextGameEnv:
+def _env_at(game: str, chance_and_moves: list[int]) -> games.TextGameEnv:
     env = games.make(game)
     state = env.pyspiel_state.get_game().new_initial_state()
     for action in chance_and_moves:
@@ -139,7 +139,7 @@ HIDDEN_CASES = [
 def test_responses_are_the_same_whatever_the_opponent_holds(
     game: str, deal_a: list[int], deal_b: list[int], moves: list[int], depth: int
 ) -> None:
-    env_a, env_b = env_at(game, deal_a + moves), env_at(game, deal_b + moves)
+    env_a, env_b = _env_at(game, deal_a + moves), _env_at(game, deal_b + moves)
     assert env_a.agent_selection == env_b.agent_selection == "player_1"
     assert env_a.private_info("player_0") != env_b.private_info("player_0")
     assert env_a.private_info("player_1") == env_b.private_info("player_1")
