@@ -28,11 +28,8 @@ def opponent_games_per_second(name: str, options: dict, seconds: float) -> float
     played, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         env.reset()
-        for agent in env.agent_iter():
-            if env.terminations[agent] or env.truncations[agent]:
-                env.step(None)
-            else:
-                env.step(player.act(env, agent))
+        for agent in env.turns():
+            env.step(player.act(env, agent))
         played += 1
     return played / (time.perf_counter() - start)
 
@@ -45,12 +42,9 @@ def observing_games_per_second(name: str, options: dict, seconds: float) -> floa
     played, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         env.reset()
-        for _ in env.agent_iter():
-            observation, _, terminated, truncated, _ = env.last()
-            if terminated or truncated:
-                env.step(None)
-            else:
-                env.step(rng.choice(np.flatnonzero(observation["action_mask"])))
+        for _ in env.turns():
+            observation = env.last()[0]
+            env.step(rng.choice(np.flatnonzero(observation["action_mask"])))
         played += 1
     return played / (time.perf_counter() - start)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 
 import pyspiel
@@ -11,6 +12,12 @@ from games.openspiel_env import OpenSpielEnv
 ITEMS = ("book", "hat", "ball")
 AGREE_NAME = "agree"
 _NUMBERS = re.compile(r"\d+")
+_ITEM = re.compile(r"\b(book|hat|ball)s?\W{0,3}(\d+)", re.IGNORECASE)
+
+
+def item_values(text: str) -> tuple[str, ...]:
+    """Item valuations named in `text` as "item=value" ("a book 3" counts as "book=3")."""
+    return tuple(f"{item.lower()}={value}" for item, value in _ITEM.findall(text))
 
 
 def items_text(quantities: tuple[int, ...]) -> str:
@@ -43,6 +50,7 @@ class BargainingEnv(OpenSpielEnv):
 
     game_name = "bargaining"
     fixed_options = {"discount": 1.0, "prob_end": 0.0}
+    belief_values = staticmethod(item_values)
 
     @classmethod
     def _action_names(cls, game: pyspiel.Game) -> list[str]:
@@ -115,6 +123,25 @@ class BargainingEnv(OpenSpielEnv):
 
     def private_info(self, agent: str) -> str:
         return " ".join(f"{item} {value}" for item, value in zip(ITEMS, self.values(agent)))
+
+    def guess_private_info(self, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
+        pool = self.pool()
+        offers = [action for action in self.moves_of(seat) if action != self.agree_action]
+        kinds = [k for k, count in enumerate(pool) if count]
+        if offers:
+            taken = self.offer(offers[-1])
+            best = max(taken[k] / pool[k] for k in kinds)
+            kinds = [k for k in kinds if taken[k] / pool[k] == best]
+            reason = "What they ask for most is probably worth the most to them."
+        else:
+            reason = "They have not proposed yet, so I assume even values."
+        value = 10 // sum(pool[k] for k in kinds)
+        return reason, " ".join(f"{item} {value if k in kinds else 0}" for k, item in enumerate(ITEMS))
+
+    def move_reading(self, agent: str, action: int) -> str:
+        if action == self.agree_action:
+            return "they will see that their offer is good enough for me"
+        return "they may think I value most what I ask for"
 
     def _move_text(self, action: int, earlier: list[tuple[int, int]]) -> str:
         if action == self.agree_action:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import abc
+import random
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import ClassVar
 
 import pyspiel
 from pettingzoo import AECEnv
@@ -26,6 +29,13 @@ class GameSpec:
     """Whether the agents' returns always sum to zero."""
     perfect_information: bool
     """Whether every agent sees the whole state."""
+    exploitable: bool = False
+    """Whether Strat computes this game's exploitability (a two-player zero-sum game with a sequence-form best
+    response: Kuhn and Leduc poker for two players)."""
+
+
+BeliefValues = Callable[[str], tuple[str, ...]]
+"""Text -> the private-information values it names (card ranks, dice faces), for belief accuracy."""
 
 
 def agent_name(player: int) -> str:
@@ -41,6 +51,9 @@ class TextGameEnv(AECEnv, abc.ABC):
     """
 
     spec: GameSpec
+    belief_values: ClassVar[BeliefValues | None] = None
+    """How a belief about another player's private information is read from text, for the CoT comparison's
+    belief accuracy; None in games where a belief names nothing comparable (no belief score)."""
 
     @abc.abstractmethod
     def rules(self) -> str:
@@ -86,6 +99,37 @@ class TextGameEnv(AECEnv, abc.ABC):
     @abc.abstractmethod
     def clone(self) -> TextGameEnv:
         """An independent copy of this env, mid-game."""
+
+    def guess_private_info(self, agent: str, seat: int, rng: random.Random) -> tuple[str, str] | None:
+        """The warm start's templated belief: (why, guess) of what player `seat` holds, from what `agent` has seen;
+        None in games without private information."""
+        return None
+
+    def move_reading(self, agent: str, action: int) -> str:
+        """The warm start's templated `<their_view>`: how the others might read `agent` playing `action`, from
+        public facts only."""
+        if self.spec.perfect_information:
+            return "they may read it as an attempt to build my own line or to block theirs"
+        return "they will try to work out why I chose it"
+
+    def finished(self) -> bool:
+        """Whether the game is over for every agent (PettingZoo keeps finished agents until each steps None)."""
+        return not self.agents or all(self.terminations[a] or self.truncations[a] for a in self.agents)
+
+    def turns(self) -> Iterator[str]:
+        """The agent to act at each turn until the game is over (`agent_iter` without the finished agents, which
+        are stepped out on the way); the caller steps the agent it is given."""
+        for agent in self.agent_iter():
+            if self.terminations[agent] or self.truncations[agent]:
+                self.step(None)
+            else:
+                yield agent
+
+    def skip_finished(self) -> None:
+        """Step past every finished agent whose turn it is (the AEC API's None step), so that the agent to act,
+        if any, is one still playing."""
+        while self.agents and (self.terminations[self.agent_selection] or self.truncations[self.agent_selection]):
+            self.step(None)
 
     def legal_action_names(self, agent: str | None = None) -> list[str]:
         """Names of the legal actions of `agent` (default: the agent to act)."""

@@ -20,10 +20,7 @@ def text_corpus(
     texts = dict.fromkeys([env.rules(), *env.all_action_names()])
     for game in range(n_games):
         env.reset(seed=seed * 1_000_003 + game)
-        for agent in env.agent_iter():
-            if env.terminations[agent] or env.truncations[agent]:
-                env.step(None)
-                continue
+        for _ in env.turns():
             for seat in env.agents:
                 seen = [env.observation_text(seat), env.history_text(seat), env.private_info(seat)]
                 texts.update(dict.fromkeys(seen))

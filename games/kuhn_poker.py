@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pyspiel
 
-from games.cards import rank_names
+from games.cards import card_values, rank_names
 from games.openspiel_env import OpenSpielEnv
 
 PASS, BET = 0, 1
@@ -14,10 +16,15 @@ class KuhnPokerEnv(OpenSpielEnv):
     """Kuhn poker: one private card each, one betting round; option `players` (default 2)."""
 
     game_name = "kuhn_poker"
+    belief_values = staticmethod(card_values)
 
     @classmethod
     def _action_names(cls, game: pyspiel.Game) -> list[str]:
         return ["pass", "bet"]
+
+    @classmethod
+    def _exploitable(cls, game: pyspiel.Game) -> bool:
+        return game.num_players() == 2  # the sequence-form best response is two-player
 
     @property
     def _ranks(self) -> tuple[str, ...]:
@@ -57,6 +64,21 @@ class KuhnPokerEnv(OpenSpielEnv):
 
     def private_info(self, agent: str) -> str:
         return self._ranks[self.card(agent)]
+
+    def guess_private_info(self, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
+        others = [rank for rank in self._ranks if rank != self.private_info(agent)]
+        moves = self.moves_of(seat)
+        if BET in moves:
+            return "A bet or a call suggests a strong card.", others[-1]
+        if PASS in moves:
+            return "Checking or folding suggests a weak card.", others[0]
+        return "They have not acted yet.", rng.choice(others)
+
+    def move_reading(self, agent: str, action: int) -> str:
+        facing = any(event.player >= 0 and event.action == BET for event in self._state.full_history())
+        if action == BET:
+            return "they may think my card is good enough to win" if facing else "they may take it for a strong card"
+        return "they will see that my card is weak" if facing else "they may take it for a weak or middling card"
 
     def _move_text(self, action: int, earlier: list[tuple[int, int]]) -> str:
         if any(player >= 0 and move == BET for player, move in earlier):

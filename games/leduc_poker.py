@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import re
 
 import pyspiel
 
-from games.cards import rank_names
+from games.cards import card_values, rank_names
 from games.openspiel_env import OpenSpielEnv
 
 FOLD, CALL, RAISE = 0, 1, 2
@@ -18,10 +19,15 @@ class LeducPokerEnv(OpenSpielEnv):
 
     game_name = "leduc_poker"
     fixed_options = {"action_mapping": False, "suit_isomorphism": False}
+    belief_values = staticmethod(card_values)
 
     @classmethod
     def _action_names(cls, game: pyspiel.Game) -> list[str]:
         return ["fold", "call", "raise"]
+
+    @classmethod
+    def _exploitable(cls, game: pyspiel.Game) -> bool:
+        return game.num_players() == 2  # the sequence-form best response is two-player
 
     @property
     def _ranks(self) -> tuple[str, ...]:
@@ -75,6 +81,31 @@ class LeducPokerEnv(OpenSpielEnv):
 
     def private_info(self, agent: str) -> str:
         return self._ranks[self.card(agent)]
+
+    def guess_private_info(self, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
+        ranks = self._ranks
+        deals = 0
+        raised_late = raised = acted = False
+        for event in self._state.full_history():
+            if event.player < 0:
+                deals += 1
+            elif event.player == seat:
+                acted = True
+                raised |= event.action == RAISE
+                raised_late |= event.action == RAISE and deals > self.spec.num_players
+        public = self.public_card()
+        if raised_late and public is not None:
+            return "A raise after the public card suggests a pair.", ranks[public]
+        if raised:
+            return "A raise suggests a strong card.", ranks[-1]
+        if acted:
+            return "Only calling or checking suggests a middling card.", ranks[len(ranks) // 2]
+        return "They have not acted yet.", rng.choice(ranks)
+
+    def move_reading(self, agent: str, action: int) -> str:
+        return {"raise": "they may take it for a strong hand", "call": "they may take it for a middling hand"}.get(
+            self.action_name(action, agent), "they will see that my hand is weak"
+        )
 
     def _chance_text(self, index: int, outcome: int, viewer: int) -> str:
         if index < self.spec.num_players:

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import random
+import re
+
 import pyspiel
 
 from games.openspiel_env import OpenSpielEnv
 
 _FACES = {1: ("one", "ones"), 2: ("two", "twos"), 3: ("three", "threes"),
           4: ("four", "fours"), 5: ("five", "fives"), 6: ("six", "sixes")}
+_FACE_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+_DIE = re.compile(r"\b(" + "|".join(_FACE_WORDS) + r")(?:e?s)?\b|(\d)", re.IGNORECASE)
 
 
 def face_word(face: int, count: int = 1) -> str:
     """"five" or "fives" for face 5; digits for faces above six."""
     singular, plural = _FACES.get(face, (str(face), f"{face}s"))
     return singular if count == 1 else plural
+
+
+def dice_values(text: str) -> tuple[str, ...]:
+    """Die faces named in `text` as digits or words ("sixes" counts as "6"), in order."""
+    return tuple(str(_FACE_WORDS.index(word.lower()) + 1) if word else digit for word, digit in _DIE.findall(text))
 
 
 class LiarsDiceEnv(OpenSpielEnv):
@@ -24,6 +34,7 @@ class LiarsDiceEnv(OpenSpielEnv):
 
     game_name = "liars_dice"
     fixed_options = {"bidding_rule": "reset-face"}
+    belief_values = staticmethod(dice_values)
 
     @classmethod
     def _action_names(cls, game: pyspiel.Game) -> list[str]:
@@ -92,6 +103,20 @@ class LiarsDiceEnv(OpenSpielEnv):
 
     def private_info(self, agent: str) -> str:
         return " ".join(map(str, self.dice(agent)))
+
+    def guess_private_info(self, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
+        bids = [action for action in self.moves_of(seat) if action != self.liar_action]
+        if bids:
+            face = self.bid(bids[-1])[1]
+            reason = f"Bidding on {face_word(face, 2)} suggests they hold some."
+        else:
+            face, reason = rng.randint(1, self.sides), "They have not bid yet."
+        return reason, " ".join([str(face)] * self.dice_per_player)
+
+    def move_reading(self, agent: str, action: int) -> str:
+        if action == self.liar_action:
+            return "they will know that I doubt their bid"
+        return f"they may think I hold some {face_word(self.bid(action)[1], 2)}"
 
     def _move_text(self, action: int, earlier: list[tuple[int, int]]) -> str:
         if action == self.liar_action:

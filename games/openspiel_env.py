@@ -79,6 +79,15 @@ class OpenSpielEnv(TextGameEnv):
     def _action_names(cls, game: pyspiel.Game) -> list[str]:
         """Text name of every action id of `game`, indexed by id."""
 
+    @classmethod
+    def _exploitable(cls, game: pyspiel.Game) -> bool:
+        """Whether Strat computes the exploitability of `game` as configured (GameSpec.exploitable)."""
+        return False
+
+    def moves_of(self, seat: int) -> list[int]:
+        """The actions player `seat` has taken so far (public in every game here)."""
+        return [event.action for event in self._state.full_history() if event.player == seat]
+
     def _observation_space(self) -> spaces.Dict:
         return spaces.Dict(
             {
@@ -300,6 +309,7 @@ def _configure(cls: type[OpenSpielEnv], options: tuple[tuple[str, OptionValue], 
         return_range=(game.min_utility(), game.max_utility()),
         zero_sum=game_type.utility == pyspiel.GameType.Utility.ZERO_SUM,
         perfect_information=game_type.information == information.PERFECT_INFORMATION,
+        exploitable=cls._exploitable(game),
     )
     uses_info = game_type.provides_information_state_tensor
     return _Config(

@@ -38,10 +38,8 @@ def play(
     human = agent_name(human_seat)
     env.reset(seed=seed)
     output_fn(f"{env.rules()}\n\nYou are {human}; the other seats are played by '{opponent}'.")
-    for agent in env.agent_iter():
-        if env.terminations[agent] or env.truncations[agent]:
-            env.step(None)
-        elif agent == human:
+    for agent in env.turns():
+        if agent == human:
             env.step(_ask(env, human, input_fn, output_fn))
         else:
             env.step(bot.act(env, agent))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from games.bargaining import BargainingEnv
-from games.base import GameSpec, TextGameEnv
+from games.base import BeliefValues, GameSpec, TextGameEnv
 from games.connect_four import ConnectFourEnv
 from games.kuhn_poker import KuhnPokerEnv
 from games.leduc_poker import LeducPokerEnv
@@ -33,3 +33,11 @@ def make(name: str, **options: int | float | str | bool) -> TextGameEnv:
 def spec(name: str, **options: int | float | str | bool) -> GameSpec:
     """The GameSpec of game `name` with `options`."""
     return make(name, **options).spec
+
+
+def belief_values(name: str) -> BeliefValues | None:
+    """How a belief about another player's private information in game `name` is read from text (None: the game
+    has no belief score)."""
+    if name not in _GAMES:
+        raise ValueError(f"unknown game {name!r}; allowed games: {names()}")
+    return _GAMES[name].belief_values

@@ -1,3 +1,4 @@
+# Over 500 lines: the whole schema, one class per config section with its checks, in one place.
 """The experiment configuration: a typed schema, YAML loading, `key.sub=value` overrides."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 import games
 from games.opponents import opponent_names
+from strat.algorithm.estimators import advantage_names
 from strat.algorithm.reasoning import validate_format_penalty
 from strat.errors import ConfigError
 from strat.model.tiny import TinyModelSettings
@@ -298,8 +300,10 @@ class AlgorithmConfig(_Section):
     """G episodes per group, all from the same seed (same deal)."""
     groups_per_step: int = Field(8, ge=1)
     """Groups played per training step (each a fresh deal)."""
-    advantage_mode: Literal["outcome", "process", "hybrid"] = "hybrid"
-    """`outcome`: group-normalised returns only (GRPO); `process`: CoT scores only; `hybrid`: outcome plus lam times process."""
+    advantage_mode: str = "hybrid"
+    """The advantage estimator, by registered name: `outcome`: group-normalised returns only (GRPO); `process`: CoT
+    scores only; `hybrid`: outcome plus lam times process; or one added with
+    `strat.algorithm.estimators.register_advantage`."""
     lam: float = Field(0.5, ge=0.0)
     """Weight of the process advantage in hybrid mode."""
     baseline: Literal["group", "ema"] = "group"
@@ -358,6 +362,13 @@ class AlgorithmConfig(_Section):
     zero), or `resample`: play freshly dealt groups in their place, keeping those with spread."""
     resample_rounds: int = Field(2, ge=1)
     """With zero_spread=resample: rounds of extra groups per step (each plays as many as are still flat)."""
+
+    @field_validator("advantage_mode")
+    @classmethod
+    def _registered_estimator(cls, value: str) -> str:
+        if value not in advantage_names():
+            raise ValueError(f"unknown advantage estimator {value!r} (allowed: {', '.join(advantage_names())})")
+        return value
 
     @model_validator(mode="after")
     def _kl_coef_needs_type(self) -> AlgorithmConfig:

@@ -1,4 +1,5 @@
-"""Hybrid group-relative advantages: outcome term, process term from CoT scores, per-role statistics."""
+"""Group-relative advantages: the outcome term, the process term from CoT scores, per-role statistics, combined by
+the registered estimator `strat.algorithm.estimators` names (hybrid by default)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Literal
 
 import torch
 
+from strat.algorithm.estimators import advantage_estimator
 from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
 
-AdvantageMode = Literal["outcome", "process", "hybrid"]
 Baseline = Literal["group", "ema"]
 
 
@@ -18,8 +19,9 @@ Baseline = Literal["group", "ema"]
 class AdvantageConfig:
     """How advantages are formed; maps onto `algorithm.*` in the experiment config."""
 
-    mode: AdvantageMode = "hybrid"
-    """`outcome` is hybrid with lam = 0; `process` drops the outcome term and keeps the process term unscaled."""
+    mode: str = "hybrid"
+    """The registered advantage estimator: `hybrid`, `outcome` (hybrid with lam = 0), `process` (the process term
+    alone, unscaled), or one registered with `register_advantage`."""
     lam: float = 0.5
     """Weight of the process term in hybrid mode."""
     baseline: Baseline = "group"
@@ -100,7 +102,7 @@ def group_advantages(
     turn_episode: torch.Tensor,
     scores: torch.Tensor,
     comparable: torch.Tensor,
-    mode: AdvantageMode,
+    mode: str,
     lam: float,
     eps: float,
     baseline: torch.Tensor | None = None,
@@ -114,11 +116,7 @@ def group_advantages(
     outcome = (returns - baseline if baseline is not None else normalise(returns, eps))[turn_episode]
     process = torch.zeros_like(scores)
     process[comparable] = normalise(scores[comparable], eps)
-    if mode == "outcome":
-        return outcome
-    if mode == "process":
-        return process
-    return outcome + lam * process
+    return advantage_estimator(mode)(outcome, process, lam)
 
 
 class RoleBaseline:

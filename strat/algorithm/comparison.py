@@ -9,6 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import games
+from games.base import BeliefValues
 from strat.algorithm.reasoning import BELIEF_MARKER
 from strat.algorithm.records import NO_SCORE, Episode, ScoredEpisode, Turn, TurnScore
 
@@ -18,14 +20,7 @@ Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
 ChatMessages = list[dict[str, str]]
 Generate = Callable[[list[ChatMessages]], list[str]]
 """A batch of chat prompts -> one completion each; the comparator backs it with the judge's engine."""
-Extractor = Callable[[str], tuple[str, ...]]
-"""Text -> the private-information values it names (card ranks, dice faces), for belief accuracy."""
 
-_CARD_RANKS = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "jack", "queen", "king", "ace")
-_CARD = re.compile(r"\b(" + "|".join(_CARD_RANKS) + r")s?\b", re.IGNORECASE)
-_FACE_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-_DIE = re.compile(r"\b(" + "|".join(_FACE_WORDS) + r")(?:e?s)?\b|(\d)", re.IGNORECASE)
-_ITEM = re.compile(r"\b(book|hat|ball)s?\W{0,3}(\d+)", re.IGNORECASE)
 _PLAYER = re.compile(r"player[\s_]*(\d+)", re.IGNORECASE)
 _WORD = re.compile(r"[a-z0-9]+")
 _JUDGE_SCORE = (
@@ -33,30 +28,6 @@ _JUDGE_SCORE = (
     re.compile(r"(\d{1,3}(?:\.\d+)?)\s*/\s*10\b"),
     re.compile(r"^\s*(\d{1,3}(?:\.\d+)?)\s*$"),
 )
-
-
-def card_values(text: str) -> tuple[str, ...]:
-    """Card ranks named in `text`, lower-case, in order ("Kings" counts as "king")."""
-    return tuple(match.group(1).lower() for match in _CARD.finditer(text))
-
-
-def dice_values(text: str) -> tuple[str, ...]:
-    """Die faces named in `text` as digits or words ("sixes" counts as "6"), in order."""
-    return tuple(str(_FACE_WORDS.index(word.lower()) + 1) if word else digit for word, digit in _DIE.findall(text))
-
-
-def item_values(text: str) -> tuple[str, ...]:
-    """Bargaining item valuations named in `text` as "item=value" ("a book 3" counts as "book=3")."""
-    return tuple(f"{item.lower()}={value}" for item, value in _ITEM.findall(text))
-
-
-BELIEF_EXTRACTORS: dict[str, Extractor] = {
-    "kuhn_poker": card_values,
-    "leduc_poker": card_values,
-    "liars_dice": dice_values,
-    "bargaining": item_values,
-}
-"""Games whose private information a belief can name; other games have no belief score."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +101,7 @@ def value_overlap(claimed: Sequence[str], true: Sequence[str]) -> float:
     return shared / max(len(claimed), len(true))
 
 
-def belief_accuracy(past: str | None, truths: Mapping[str, str], extract: Extractor) -> float:
+def belief_accuracy(past: str | None, truths: Mapping[str, str], extract: BeliefValues) -> float:
     """Mean over opponents of how well the belief line in `past` names each one's private information."""
     guess = belief_text(past) if past is not None else None
     if guess is None or not truths:
@@ -250,7 +221,7 @@ def _next_other(episode: Episode, turn: Turn) -> Turn | None:
 
 
 def _belief(episode: Episode, turn: Turn) -> float | None:
-    extract = BELIEF_EXTRACTORS.get(episode.game)
+    extract = games.belief_values(episode.game)
     truths = {agent: info for agent, info in episode.private_info.items() if agent != turn.agent and info}
     acted_before = any(t.turn_index < turn.turn_index and t.agent != turn.agent for t in episode.turns)
     # Before any opponent has acted there is nothing to infer from, so a guess would only add noise.

@@ -7,12 +7,11 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import ray
 
 import strat  # noqa: F401  (thread and offline defaults before torch work)
-from strat.engines import Engine, Generation, SamplingParams, build_engine
+from strat.engines import Engine, EngineSettings, Generation, SamplingParams, build_engine
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,8 @@ class Replay:
 class RecordingAgent:
     """Serves `generate` like `strat.train.agent_actor.AgentActor`, logging each call."""
 
-    def __init__(self, backend: str, model_path: str, engine_kwargs: dict[str, Any]) -> None:
-        self.engine: Engine = build_engine(backend, model_path, **engine_kwargs)
+    def __init__(self, backend: str, model_path: str, settings: EngineSettings) -> None:
+        self.engine: Engine = build_engine(backend, model_path, settings)
         self._log: list[tuple[list[list[int]], SamplingParams, list[Generation], float]] = []
 
     def ready(self) -> int:

@@ -1,3 +1,4 @@
+# Over 500 lines: one function per `strat bench` figure, with the actor set-up they share.
 """The figures of `strat bench`, one function each, and `run_bench`, which measures them all in
 one run on the same config, prompts and token counts.
 
@@ -60,14 +61,15 @@ from strat.benchmarks.results import (
     step_record,
 )
 from strat.config import ExperimentConfig, load_config
-from strat.engines import SamplingParams
+from strat.engines import EngineSettings, SamplingParams
 from strat.model import tiny as tiny_model
 from strat.model.tiny import TinyModelSettings
 from strat.train.learner import PolicyLearner
+from strat.train.ray_node import start_ray
 from strat.train.rollout import OpponentChoice, RolloutRunner, derive_seed, plan_groups
 from strat.train.rollout_actor import RolloutWorker
 from strat.train.settings import advantage_config, base_model_path, learner_settings, rollout_settings
-from strat.train.settings import engine_kwargs as trainer_engine_kwargs
+from strat.train.settings import engine_settings as trainer_engine_settings
 from strat.train.trainer import Trainer
 
 FIGURES = ("rollout", "learner", "sync", "overlap", "scaling", "memory", "e2e")
@@ -129,11 +131,9 @@ class BenchContext:
         return self.sizes.groups_per_step or self.config.algorithm.groups_per_step
 
 
-def engine_kwargs(config: ExperimentConfig, **changes: Any) -> dict[str, Any]:
-    """The engine arguments the trainer gives its agent actors, with `changes` applied."""
-    out = trainer_engine_kwargs(config)
-    out.update(changes)
-    return out
+def engine_settings(config: ExperimentConfig, **changes: Any) -> EngineSettings:
+    """The engine settings the trainer gives its agent actors, with `changes` applied."""
+    return dataclasses.replace(trainer_engine_settings(config), **changes)
 
 
 def machine_info() -> dict[str, Any]:
@@ -251,20 +251,20 @@ class _RolloutSetup:
         return [*self.engines(), *self.workers]
 
 
-def _new_agent(backend: str, model_path: str, kwargs: dict[str, Any]) -> Any:
-    return RecordingAgent.options(num_cpus=ACTOR_CPUS).remote(backend, model_path, kwargs)
+def _new_agent(backend: str, model_path: str, settings: EngineSettings) -> Any:
+    return RecordingAgent.options(num_cpus=ACTOR_CPUS).remote(backend, model_path, settings)
 
 
 def _new_worker(settings, model_path: str, agent: Any, snapshot: Any | None) -> Any:
     return RolloutWorker.options(num_cpus=ACTOR_CPUS).remote(settings, model_path, agent, snapshot)
 
 
-def _start_rollout(backend: str, model_path: str, settings, kwargs: dict[str, Any], snapshot: bool) -> _RolloutSetup:
+def _start_rollout(backend: str, model_path: str, settings, engine: EngineSettings, snapshot: bool) -> _RolloutSetup:
     """One agent and one rollout worker, as the trainer places them. The snapshot opponent, when the
     plans need one, is served by the same agent: both hold the same weights here, and a worker
     sends its policy and snapshot batches one after the other anyway, so one engine does the same
     work as two (and starts once)."""
-    agent = _new_agent(backend, model_path, kwargs)
+    agent = _new_agent(backend, model_path, engine)
     frozen = agent if snapshot else None
     setup = _RolloutSetup(backend, model_path, settings, [agent], frozen, [_new_worker(settings, model_path, agent, frozen)])
     try:
@@ -326,7 +326,7 @@ def rollout_efficiency(ctx: BenchContext, backend: str) -> tuple[RolloutEfficien
     Returns the figure, the episodes (for the learner figure) and the live setup (for scaling)."""
     settings = rollout_settings(ctx.config)
     plans = _plans(ctx, settings, ctx.groups)
-    setup = _start_rollout(backend, ctx.model_path, settings, engine_kwargs(ctx.config), _needs_snapshot(plans))
+    setup = _start_rollout(backend, ctx.model_path, settings, engine_settings(ctx.config), _needs_snapshot(plans))
     try:
         _run_rollout(ctx, setup, plans[:1])  # warm-up: engine, tokenizer, first-call costs
         best: tuple[float, float, list[Any], list[Any]] | None = None
@@ -377,7 +377,7 @@ def rollout_efficiency(ctx: BenchContext, backend: str) -> tuple[RolloutEfficien
 def worker_scaling(ctx: BenchContext, setup: _RolloutSetup) -> list[ScalingRow]:
     """Figure 5a: figure 1's rollout with 1 worker on 1 agent, 2 workers on 1 agent and 2 workers
     on 2 agents; the same plans, split between the workers, each from a cold prefix cache."""
-    kwargs = engine_kwargs(ctx.config)
+    engine = engine_settings(ctx.config)
     params = _params_m(ctx.model_path)
     plans = _plans(ctx, setup.settings, ctx.groups)
     rows = []
@@ -385,7 +385,7 @@ def worker_scaling(ctx: BenchContext, setup: _RolloutSetup) -> list[ScalingRow]:
         _stop(setup.workers[1:])
         setup.workers = setup.workers[:1]
         if len(setup.agents) < agents:
-            setup.agents.append(_new_agent(setup.backend, setup.model_path, kwargs))
+            setup.agents.append(_new_agent(setup.backend, setup.model_path, engine))
         if workers > 1:
             setup.workers.append(_new_worker(setup.settings, setup.model_path, setup.agents[-1], setup.snapshot))
             _ready(setup.handles())
@@ -422,7 +422,7 @@ def backend_scaling(ctx: BenchContext, agents: dict[str, Any]) -> list[ScalingRo
             try:
                 agent = live.get(backend)
                 if agent is None:
-                    agent = _new_agent(backend, path, engine_kwargs(ctx.config, **changes))
+                    agent = _new_agent(backend, path, engine_settings(ctx.config, **changes))
                     started.append(agent)
                 worker = _new_worker(settings, path, agent, None)
                 started.append(worker)
@@ -540,15 +540,6 @@ def _stderr(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def _start_ray() -> None:
-    """A local Ray node with the trainer's environment, shared by every measurement."""
-    env_vars = {key: os.environ[key] for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS",
-                                                 "TOKENIZERS_PARALLELISM", "STRAT_CACHE_DIR") if key in os.environ}
-    env_vars["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, runtime_env={"env_vars": env_vars},
-             log_to_driver=False, configure_logging=False)
-
-
 def run_bench(config_path: str | None = None, quick: bool = False, only: Collection[str] | None = None,
               log: Callable[[str], None] = _stderr, sizes: BenchSizes | None = None) -> BenchReport:
     """Measure the figures in `only` (default: all of FIGURES) on `config_path` (default: the local default config)."""
@@ -574,9 +565,7 @@ def run_bench(config_path: str | None = None, quick: bool = False, only: Collect
                 log(f"  {name} failed: {report.errors[name]}")
                 return None
 
-        owns_ray = not ray.is_initialized()
-        if owns_ray:
-            _start_ray()
+        owns_ray = start_ray(local=True)  # a local node with the trainer's environment, shared by every measurement
         try:
             runs: dict[str, StepTimes] = {}
             if wanted & {"sync", "overlap", "memory"}:

@@ -1,3 +1,4 @@
+# Over 500 lines: one record type per `strat bench` figure, and the table rows they make.
 """What `strat bench` reports: one typed dataclass per figure, the flat rows of the table (each
 figure next to the baseline it is divided by and its target), and the pure helpers the figures
 are computed with. No torch, Ray or vLLM here, so that the report shape is cheap to test."""

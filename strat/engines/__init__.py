@@ -2,30 +2,42 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
+from dataclasses import dataclass
+from typing import Any
 
 from strat.engines.base import Engine, Generation, SamplingParams
 
-__all__ = ["Engine", "Generation", "SamplingParams", "build_engine"]
+__all__ = ["Engine", "EngineSettings", "Generation", "SamplingParams", "build_engine"]
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How an engine is built, whatever its backend: `engine.*` of the config with `run.seed` and
+    `model.trust_remote_code` (`strat.train.settings.engine_settings`)."""
+
+    dtype: str = "float32"
+    max_model_len: int = 2048
+    kv_cache_bytes: int = 64 * 2**20
+    """vLLM's KV cache on the CPU."""
+    max_num_seqs: int = 64
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.85
+    seed: int = 0
+    trust_remote_code: bool = False
+    multiprocess: bool = False
+    """Run vLLM's engine core in its own processes (weights then only through `load_weights_dir`)."""
 
 
 def build_engine(
-    backend: str,
-    model_path: str | os.PathLike[str],
-    *,
-    dtype: str = "float32",
-    max_model_len: int = 2048,
-    kv_cache_bytes: int = 64 * 2**20,
-    max_num_seqs: int = 64,
-    tensor_parallel_size: int = 1,
-    gpu_memory_utilization: float = 0.85,
-    seed: int = 0,
-    trust_remote_code: bool = False,
-    multiprocess: bool = False,
+    backend: str, model_path: str | os.PathLike[str], settings: EngineSettings | None = None, **changes: Any
 ) -> Engine:
-    """An engine of `backend` (`vllm` or `hf`) over the model directory. `multiprocess` runs vLLM's
-    engine core in its own processes (weights then only through `load_weights_dir`)."""
+    """An engine of `backend` (`vllm` or `hf`) over the model directory, built with `settings` (defaults when
+    None) and the given `changes` to them, e.g. `build_engine("hf", path, dtype="bfloat16")`."""
+    settings = dataclasses.replace(settings or EngineSettings(), **changes)
+    dtype, multiprocess, trust_remote_code = settings.dtype, settings.multiprocess, settings.trust_remote_code
     if backend == "hf":
         if multiprocess:
             raise ValueError("multiprocess is a vllm engine option; the hf backend always runs in-process")
@@ -42,12 +54,12 @@ def build_engine(
         return VLLMEngine(
             model_path,
             dtype=dtype,
-            max_model_len=max_model_len,
-            kv_cache_bytes=kv_cache_bytes,
-            max_num_seqs=max_num_seqs,
-            tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            seed=seed,
+            max_model_len=settings.max_model_len,
+            kv_cache_bytes=settings.kv_cache_bytes,
+            max_num_seqs=settings.max_num_seqs,
+            tensor_parallel_size=settings.tensor_parallel_size,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            seed=settings.seed,
             trust_remote_code=trust_remote_code,
             multiprocess=multiprocess,
         )

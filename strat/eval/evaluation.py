@@ -10,7 +10,7 @@ import games
 from strat.algorithm.comparison import ComparisonWeights, score_episodes
 from strat.algorithm.records import Episode, ScoredEpisode
 from strat.errors import ConfigError
-from strat.eval.exploitability import EXPLOITABLE_GAMES
+from strat.eval.exploitability import exploitable
 from strat.eval.policies import Policy, ScriptedPolicy, play_games, seat_rotations
 from strat.eval.report import EvalReport
 from strat.eval.stats import cot_result, head_to_head_result, match_result, validity
@@ -42,9 +42,10 @@ def evaluate_policy(
     scored = score_episodes(episodes, ComparisonWeights()) if policy.is_llm else []
     notes = []
     exploitability = None
-    if game in EXPLOITABLE_GAMES and (not policy.is_llm or samples_per_infoset > 0):
+    computable = exploitable(game, options)
+    if computable and (not policy.is_llm or samples_per_infoset > 0):
         exploitability = policy.exploitability(samples_per_infoset, derive_seed(seed, "exploitability"), bootstrap)
-    elif game in EXPLOITABLE_GAMES:
+    elif computable:
         notes.append("exploitability skipped: --samples-per-infoset 0")
     report = EvalReport(
         game=game,

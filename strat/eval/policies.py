@@ -331,7 +331,7 @@ def play_games(
     while True:
         pending: dict[int, list[int]] = {}
         for index, env in enumerate(envs):
-            if not _finished(env):
+            if not env.finished():
                 seat = env.possible_agents.index(env.agent_selection)
                 pending.setdefault(tables[index].seats[seat], []).append(index)
         if not pending:
@@ -361,7 +361,7 @@ def play_games(
                     )
                 )
                 env.step(decision.action)
-                _skip_done(env)
+                env.skip_finished()
         round_index += 1
     return [
         Episode(
@@ -393,13 +393,4 @@ def seat_rotations(
             tables.append(Table(f"{label}/d{deal}s{seat}", label, deal_seed, seats, (seat,)))
     return tables
 
-
-def _finished(env: TextGameEnv) -> bool:
-    return not env.agents or all(env.terminations[a] or env.truncations[a] for a in env.agents)
-
-
-def _skip_done(env: TextGameEnv) -> None:
-    # PettingZoo: an agent that is done must step None before it leaves the game.
-    while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
-        env.step(None)
 

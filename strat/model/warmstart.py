@@ -19,7 +19,7 @@ import tempfile
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,11 +29,6 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import games
-from games.bargaining import ITEMS
-from games.cards import rank_names
-from games.kuhn_poker import BET, PASS
-from games.leduc_poker import RAISE
-from games.liars_dice import face_word
 from games.opponents import make_opponent
 from strat.algorithm.reasoning import (
     BELIEF_MARKER,
@@ -97,100 +92,12 @@ def _seat(agent: str) -> int:
     return int(agent.rsplit("_", 1)[1])
 
 
-def _moves_of(env: TextGameEnv, seat: int) -> list[int]:
-    """The actions player `seat` has taken so far (public in every game here)."""
-    return [event.action for event in env.pyspiel_state.full_history() if event.player == seat]
-
-
-def _kuhn_guess(env: TextGameEnv, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
-    others = [rank for rank in rank_names(env.spec.num_players + 1) if rank != env.private_info(agent)]
-    moves = _moves_of(env, seat)
-    if BET in moves:
-        return "A bet or a call suggests a strong card.", others[-1]
-    if PASS in moves:
-        return "Checking or folding suggests a weak card.", others[0]
-    return "They have not acted yet.", rng.choice(others)
-
-
-def _leduc_guess(env: TextGameEnv, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
-    ranks = rank_names(env.spec.num_players + 1)
-    deals = 0
-    raised_late = raised = acted = False
-    for event in env.pyspiel_state.full_history():
-        if event.player < 0:
-            deals += 1
-        elif event.player == seat:
-            acted = True
-            raised |= event.action == RAISE
-            raised_late |= event.action == RAISE and deals > env.spec.num_players
-    public = env.public_card()
-    if raised_late and public is not None:
-        return "A raise after the public card suggests a pair.", ranks[public]
-    if raised:
-        return "A raise suggests a strong card.", ranks[-1]
-    if acted:
-        return "Only calling or checking suggests a middling card.", ranks[len(ranks) // 2]
-    return "They have not acted yet.", rng.choice(ranks)
-
-
-def _dice_guess(env: TextGameEnv, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
-    bids = [action for action in _moves_of(env, seat) if action != env.liar_action]
-    if bids:
-        face = env.bid(bids[-1])[1]
-        reason = f"Bidding on {face_word(face, 2)} suggests they hold some."
-    else:
-        face, reason = rng.randint(1, env.sides), "They have not bid yet."
-    return reason, " ".join([str(face)] * env.dice_per_player)
-
-
-def _bargaining_guess(env: TextGameEnv, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
-    pool = env.pool()
-    offers = [action for action in _moves_of(env, seat) if action != env.agree_action]
-    kinds = [k for k, count in enumerate(pool) if count]
-    if offers:
-        taken = env.offer(offers[-1])
-        best = max(taken[k] / pool[k] for k in kinds)
-        kinds = [k for k in kinds if taken[k] / pool[k] == best]
-        reason = "What they ask for most is probably worth the most to them."
-    else:
-        reason = "They have not proposed yet, so I assume even values."
-    value = 10 // sum(pool[k] for k in kinds)
-    return reason, " ".join(f"{item} {value if k in kinds else 0}" for k, item in enumerate(ITEMS))
-
-
-Guess = Callable[["TextGameEnv", str, int, random.Random], tuple[str, str]]
-_GUESSES: dict[str, Guess] = {
-    "kuhn_poker": _kuhn_guess,
-    "leduc_poker": _leduc_guess,
-    "liars_dice": _dice_guess,
-    "bargaining": _bargaining_guess,
-}
-"""Per game: (env, agent, opponent seat, rng) -> (why, guess of that opponent's private information)."""
-
-
-def _reading(env: TextGameEnv, agent: str, action: int) -> str:
-    """How the others might read `action`: the signal it sends, from public facts only."""
-    name, game = env.action_name(action, agent), env.spec.name
-    if game == "kuhn_poker":
-        facing = any(event.player >= 0 and event.action == BET for event in env.pyspiel_state.full_history())
-        if action == BET:
-            return "they may think my card is good enough to win" if facing else "they may take it for a strong card"
-        return "they will see that my card is weak" if facing else "they may take it for a weak or middling card"
-    if game == "leduc_poker":
-        return {"raise": "they may take it for a strong hand", "call": "they may take it for a middling hand"}.get(
-            name, "they will see that my hand is weak"
-        )
-    if game == "liars_dice":
-        if action == env.liar_action:
-            return "they will know that I doubt their bid"
-        return f"they may think I hold some {face_word(env.bid(action)[1], 2)}"
-    if game == "bargaining":
-        if action == env.agree_action:
-            return "they will see that their offer is good enough for me"
-        return "they may think I value most what I ask for"
-    if env.spec.perfect_information:
-        return "they may read it as an attempt to build my own line or to block theirs"
-    return "they will try to work out why I chose it"
+def _guess(env: TextGameEnv, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
+    """The game's templated belief about player `seat`: (why, guess)."""
+    guess = env.guess_private_info(agent, seat, rng)
+    if guess is None:
+        raise ValueError(f"{env.spec.name} has private information but no guess_private_info for the warm start")
+    return guess
 
 
 def _others_name(env: TextGameEnv, seat: int) -> str:
@@ -230,12 +137,9 @@ def _past(env: TextGameEnv, agent: str, rng: random.Random, with_belief: bool) -
         return text
     # Restating one's own private information first puts it next to the belief and the move that depend on it.
     text = _own(env, agent) + text
-    game = env.spec.name
-    if game not in _GUESSES:
-        raise ValueError(f"no belief rule for game {game!r}; games with one: {sorted(_GUESSES)}")
     me = _seat(agent)
     seats = [seat for seat in range(env.spec.num_players) if seat != me]
-    guesses = [(seat, *_GUESSES[game](env, agent, seat, rng)) for seat in seats]
+    guesses = [(seat, *_guess(env, agent, seat, rng)) for seat in seats]
     if len(seats) == 1:
         _, why, guess = guesses[0]
         return f"{text} {why}\n{BELIEF_MARKER} {guess}"
@@ -268,7 +172,7 @@ def templated_response(env: TextGameEnv, agent: str, action: int, depth: int, rn
     situation = _situation(env, agent)
     their_view = None
     if depth >= 2:
-        their_view = situation + _variant(_VIEW, env).format(move=name, reading=_reading(env, agent, action))
+        their_view = situation + _variant(_VIEW, env).format(move=name, reading=env.move_reading(agent, action))
     elif depth == 1:
         plan = situation + plan
     return render_response(

@@ -20,23 +20,23 @@ Three paths, chosen by `engine.weight_sync`:
   learner keeps the weights it last staged (one CPU copy) and the snapshot it took, so an agent
   restarted after a fault gets, through a new group, exactly the version the others hold. Losing an
   agent during a broadcast or rendezvous fails it for the other members (the learner closes its
-  side); one that hangs instead holds them for at most `weight_group.GROUP_TIMEOUT_S`.
+  side); one that hangs instead holds them for at most `process_group.GROUP_TIMEOUT_S`.
 
-The helpers take actor handles and return ObjectRefs, so the driver can wrap the waits in its own fault
-handling; `sync_agents` / `sync_snapshot` do the whole round trip for simple callers.
+`WeightSync` is what the driver calls: one call per sync, whatever the path. The helpers below it take actor
+handles and return ObjectRefs, so that the driver's fault handling can wrap the waits.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from strat.config import ExperimentConfig, SyncMode
+from strat.config import ExperimentConfig, SyncMode, resolve_collective_backend, resolve_weight_sync
 from strat.sync.process_group import TensorMeta
 
 SYNC_MODES = ("object_store", "directory", "collective")
@@ -120,7 +120,9 @@ def loadable(mode: SyncMode, ref: Any, result: Any, broadcast: WeightBroadcast |
 def load_calls(agents: Sequence[Any], weights: Any, version: int) -> list[Any]:
     """The agents' load calls (ObjectRefs): a directory path (str) is reloaded from disk, `Staged` weights
     are broadcast in their weight group (formed first if these agents are not its members), anything
-    else is a state dict (or its ObjectRef) loaded in place."""
+    else is a state dict (or its ObjectRef) loaded in place. No agents, no calls (and no broadcast)."""
+    if not agents:
+        return []
     if isinstance(weights, (str, Path)):
         return [agent.load_weights_dir.remote(str(weights), version) for agent in agents]
     if isinstance(weights, Staged):
@@ -175,27 +177,95 @@ class WeightBroadcast:
         self.members = list(agents)
 
 
-def sync_agents(learner: Any, agents: Sequence[Any], mode: SyncMode, path: str | Path | None, version: int,
-                broadcast: WeightBroadcast | None = None) -> None:
-    """Push the learner's current weights to every agent and wait until all have them.
-
-    `learner` is a `strat.train.learner_actor.Learner` handle (or a LearnerGroup), `agents` are `AgentActor` handles. For
-    `directory`, `path` is the version's directory (`sync_path(...)`); for `collective`, `broadcast` is the POLICY
-    group's WeightBroadcast (kept between calls: it is formed once)."""
-    if not agents:
-        return
-    ref = publish_weights(learner, mode, path)
-    result = None if mode == "object_store" else ray.get(ref)
-    ray.get(load_calls(agents, loadable(mode, ref, result, broadcast), version))
+AgentCalls = Callable[[str, Callable[[], list[Any]]], Any]
+"""(where, a function making the agents' calls) -> their results. The trainer's restarts a dead agent and calls again;
+by default the calls are just waited for."""
 
 
-def sync_snapshot(learner: Any, snapshot: Any, mode: SyncMode, path: str | Path | None, version: int,
-                  broadcast: WeightBroadcast | None = None) -> None:
-    """Freeze the learner's current weights as the snapshot opponent's and load them into the snapshot agent
-    (`broadcast`: the SNAPSHOT group's, for `collective`)."""
-    ref = publish_snapshot(learner, mode, path)
-    result = None if mode == "object_store" else ray.get(ref)
-    ray.get(load_calls([snapshot], loadable(mode, ref, result, broadcast), version))
+def _wait(where: str, calls: Callable[[], list[Any]]) -> Any:
+    return ray.get(calls())
+
+
+class WeightSync:
+    """The learner's weights to the inference engines, one call each and the same for every path (object store,
+    directory, collective): `push` the policy's to the agents, `refresh_snapshot` the snapshot opponent's,
+    `restore` both after a checkpoint is loaded, and `reload_calls` for agents restarted after a fault, which get
+    the version the others hold.
+
+    `agents` and `snapshot` return the current handles (a restart replaces them); `learner_get` waits for a
+    learner call (the trainer ends the run when the learner dies), `on_agents` for the agents' calls."""
+
+    def __init__(self, config: ExperimentConfig, run_dir: str | Path, learner: Any,
+                 agents: Callable[[], Sequence[Any]], snapshot: Callable[[], Any | None] = lambda: None,
+                 learner_get: Callable[[Any], Any] = ray.get, on_agents: AgentCalls = _wait) -> None:
+        self.mode: SyncMode = resolve_weight_sync(config)
+        self.config, self.run_dir, self.learner = config, run_dir, learner
+        self._agents, self._snapshot = agents, snapshot
+        self._learner_get, self._on_agents = learner_get, on_agents
+        self.broadcasts: dict[str, WeightBroadcast] = {}
+        """Collective sync: the weight group of the policy's agents (POLICY) and the snapshot agent's (SNAPSHOT)."""
+        if self.mode == "collective":
+            backend = resolve_collective_backend(config)
+            self.broadcasts = {weights: WeightBroadcast(learner, weights, backend) for weights in (POLICY, SNAPSHOT)}
+        self.policy: tuple[Any, int] | None = None
+        """The weights the agents hold now (object ref, sync directory or weights staged on the learner; version);
+        None: the initial model's."""
+        self.snapshot_weights: Any = None
+        """What the snapshot agent holds now: as `policy`, or a kept copy of a checkpoint's snapshot, or None."""
+        self.snapshot_step = 0
+        """The step whose policy the snapshot opponent plays."""
+
+    def push(self, version: int) -> None:
+        """The learner's current weights to every agent, as `version`; returns once all hold them."""
+        ref = publish_weights(self.learner, self.mode, sync_path(self.config, self.run_dir, version))
+        written = self._learner_get(ref)  # the learner's death ends the run here, not inside an agent
+        weights = loadable(self.mode, ref, written, self.broadcasts.get(POLICY))
+        self.policy = (weights, version)
+        self._on_agents("weight sync", lambda: load_calls(self._agents(), weights, version))
+
+    def refresh_snapshot(self, step: int) -> None:
+        """Freeze the learner's current weights as the snapshot opponent's (of `step`) and load them into it."""
+        ref = publish_snapshot(self.learner, self.mode, snapshot_path(self.config, self.run_dir, step))
+        written = self._learner_get(ref)
+        weights = loadable(self.mode, ref, written, self.broadcasts.get(SNAPSHOT))
+        self.snapshot_weights, self.snapshot_step = weights, step
+        self._on_agents("snapshot refresh", lambda: load_calls([self._snapshot()], weights, step))
+
+    def restore(self, version: int, snapshot_step: int, checkpoint: Path) -> None:
+        """After the learner loaded `checkpoint`: its weights to the agents and, when it holds one, its snapshot to
+        the snapshot agent (of `snapshot_step`)."""
+        self.push(version)
+        self.snapshot_step = snapshot_step
+        snapshot = self._snapshot()
+        if snapshot is None or not (checkpoint / "snapshot").is_dir():
+            return
+        if self.mode == "collective":
+            # The learner restored the snapshot with the checkpoint: broadcast it from there, no disk.
+            ref = self.learner.stage_snapshot.remote(False)
+            self.snapshot_weights = loadable("collective", ref, self._learner_get(ref), self.broadcasts[SNAPSHOT])
+        else:
+            # A copy outside the checkpoint, which keep_checkpoints may prune while a restarted snapshot agent could
+            # still need it.
+            kept = snapshot_path(self.config, self.run_dir, snapshot_step)
+            if not kept.is_dir():
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                staging = kept.with_name(kept.name + ".tmp")
+                shutil.copytree(checkpoint / "snapshot", staging, dirs_exist_ok=True)
+                staging.rename(kept)
+            self.snapshot_weights = str(kept)
+        ray.get(load_calls([snapshot], self.snapshot_weights, snapshot_step))
+
+    def reload_calls(self, agents: Sequence[Any], snapshot: bool) -> list[Any]:
+        """The load calls that give restarted `agents` (and the snapshot agent, when `snapshot`) the weights the
+        others hold. Collective: a weight group of these agents is formed for it (the learner kept those weights),
+        and one of all agents again at the next push."""
+        loads = []
+        if self.policy is not None:
+            weights, version = self.policy
+            loads += load_calls(agents, weights, version)
+        if snapshot and self.snapshot_weights is not None:
+            loads += load_calls([self._snapshot()], self.snapshot_weights, self.snapshot_step)
+        return loads
 
 
 def _check_mode(mode: str, path: str | Path | None) -> None:

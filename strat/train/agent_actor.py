@@ -6,13 +6,12 @@ import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import ray
 import torch
 
 import strat  # noqa: F401  (thread and offline defaults before torch work)
-from strat.engines import Engine, Generation, SamplingParams, build_engine
+from strat.engines import Engine, EngineSettings, Generation, SamplingParams, build_engine
 from strat.sync.process_group import TensorMeta
 from strat.train.agreement_models import chat_completions
 
@@ -21,9 +20,9 @@ from strat.train.agreement_models import chat_completions
 class AgentActor:
     """Serves generation requests from rollout workers and takes weights from the learner."""
 
-    def __init__(self, backend: str, model_path: str, engine_kwargs: dict[str, Any]) -> None:
-        self.engine: Engine = build_engine(backend, model_path, **engine_kwargs)
-        self.max_model_len: int | None = engine_kwargs.get("max_model_len")
+    def __init__(self, backend: str, model_path: str, settings: EngineSettings) -> None:
+        self.engine: Engine = build_engine(backend, model_path, settings)
+        self.max_model_len = settings.max_model_len
         self.version = 0
 
     def ready(self) -> int:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from transformers import AutoModel, AutoTokenizer
 
 from strat.algorithm.comparison import AgreementMethod, ChatMessages
+from strat.engines import EngineSettings
 from strat.engines.base import Engine, SamplingParams
 
 if TYPE_CHECKING:
@@ -33,8 +34,8 @@ class AgreementSettings:
     """The judge's model (agreement=judge on a separate engine) or the embedder's (agreement=embedding)."""
     backend: str = "hf"
     """The separate judge's engine backend, as the agents'."""
-    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    """`build_engine` arguments of the separate judge's engine."""
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    """How the separate judge's engine is built."""
 
 
 def chat_completions(

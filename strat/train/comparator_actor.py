@@ -46,8 +46,8 @@ class Comparator:
             return agreement_scorer("embedding", embed=TextEmbedder(
                 settings.model_dir, device="cuda" if torch.cuda.is_available() else "cpu"
             ))
-        engine = self.engine = build_engine(settings.backend, settings.model_dir, **settings.engine_kwargs)
-        max_model_len = settings.engine_kwargs.get("max_model_len")
+        engine = self.engine = build_engine(settings.backend, settings.model_dir, settings.engine)
+        max_model_len = settings.engine.max_model_len
         return agreement_scorer(
             "judge", generate=lambda batch: chat_completions(engine, batch, JUDGE_SAMPLING, max_model_len)
         )

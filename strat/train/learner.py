@@ -1,3 +1,4 @@
+# Over 500 lines: one class holds the update and its FSDP2, LoRA and checkpoint paths, which share its state.
 """The policy update: a transformers model and AdamW, log-probs recomputed at the sampling
 temperature, the configured loss, gradient accumulation and clipping. No Ray here: the
 learner actor wraps this class.
@@ -26,7 +27,6 @@ Options (from the `learner` config section):
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import random
@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -46,8 +45,6 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from strat.algorithm.losses import LossConfig, choice_entropy, policy_loss, token_entropy, token_logprobs
@@ -55,21 +52,8 @@ from strat.algorithm.reasoning import move_mention_indices
 from strat.algorithm.records import TrainBatch, TrainSample
 from strat.engines.base import stop_token_ids
 from strat.model import checkpoint
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-MAX_SHARD_BYTES = 5 * 2**30
-"""Safetensors files written by the learner are split at this size (as Hugging Face does)."""
-DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@dataclass(frozen=True)
-class LoraSettings:
-    """A LoRA adapter on the named linear layers (peft); `("all-linear",)` takes every linear layer."""
-
-    r: int = 16
-    alpha: float = 32.0
-    dropout: float = 0.0
-    target_modules: tuple[str, ...] = DEFAULT_LORA_TARGETS
+from strat.model.build import DTYPES, LoraSettings, add_lora, freeze, resolve_device, shard_model, wants_fsdp
+from strat.model.safetensors_io import replace_dir, write_safetensors
 
 
 @dataclass(frozen=True)
@@ -122,91 +106,6 @@ def _gather_rows(store: dict[int, torch.Tensor], rows: Sequence[int], like: torc
         values = store[position]
         out[row, : values.shape[0]] = values
     return out
-
-
-def _freeze(model: torch.nn.Module, patterns: Sequence[str]) -> None:
-    """Turn off the gradient of every parameter whose name contains one of `patterns`; each pattern must match."""
-    names = [name for name, _ in model.named_parameters()]
-    for pattern in patterns:
-        if not any(pattern in name for name in names):
-            raise ValueError(f"learner.freeze: {pattern!r} names no parameter of the model (e.g. {names[0]!r})")
-    for name, param in model.named_parameters():
-        if any(pattern in name for pattern in patterns):
-            param.requires_grad_(False)
-    if not any(param.requires_grad for param in model.parameters()):
-        raise ValueError(f"learner.freeze {list(patterns)} leaves nothing to train")
-
-
-def resolve_device(name: str) -> torch.device:
-    """`auto` -> the current GPU when one is visible, else the CPU; `cuda` without a GPU is refused."""
-    if name not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"learner device {name!r} (allowed: auto, cpu, cuda)")
-    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise RuntimeError("learner.device=cuda but this process sees no GPU (does the learner actor get one?"
-                           " resources.gpus_learner)")
-    return torch.device("cuda", torch.cuda.current_device())
-
-
-def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The repeated transformer blocks (the `...layers` ModuleList of a Hugging Face decoder, also under peft)."""
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.ModuleList) and name.split(".")[-1] in ("layers", "h", "blocks") and len(module):
-            return module
-    raise ValueError(f"no decoder layer list found in {type(model).__name__}; FSDP2 wraps one per layer")
-
-
-def shard_model(model: torch.nn.Module, device: torch.device, param_dtype: torch.dtype | None = None) -> torch.nn.Module:
-    """FSDP2: `fully_shard` each decoder layer, then the root, over all ranks of the default process group.
-
-    `param_dtype` (e.g. bf16) is the compute dtype of a MixedPrecisionPolicy whose gradients are reduced
-    in float32; the sharded parameters (the master weights) keep their own dtype."""
-    if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("FSDP2 needs torch.distributed initialised (one learner process per GPU)")
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None)
-    for layer in decoder_layers(model):
-        fully_shard(layer, mesh=mesh, mp_policy=policy)
-    fully_shard(model, mesh=mesh, mp_policy=policy)
-    return model
-
-
-def _wants_fsdp(setting: bool | None) -> bool:
-    if setting is False:
-        return False
-    running = dist.is_available() and dist.is_initialized()
-    if setting is True:
-        return True
-    return running and dist.get_world_size() > 1
-
-
-def write_safetensors(state: dict[str, torch.Tensor], directory: Path, max_shard_bytes: int = MAX_SHARD_BYTES) -> list[Path]:
-    """Write `state` as `model.safetensors`, or as shards with a Hugging Face index when it is larger
-    than `max_shard_bytes`; returns the files."""
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = 0
-    for name, tensor in state.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        if shards[-1] and size + nbytes > max_shard_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][name] = tensor.contiguous()
-        size += nbytes
-    if len(shards) == 1:
-        save_file(shards[0], directory / "model.safetensors", metadata={"format": "pt"})
-        return [directory / "model.safetensors"]
-    files, weight_map = [], {}
-    for index, shard in enumerate(shards, start=1):
-        file = directory / f"model-{index:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, file, metadata={"format": "pt"})
-        files.append(file)
-        weight_map.update(dict.fromkeys(shard, file.name))
-    total = sum(t.numel() * t.element_size() for t in state.values())
-    (directory / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
-    )
-    return files
 
 
 def sequence_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: float) -> torch.Tensor:
@@ -284,11 +183,11 @@ class PolicyLearner:
         self.settings = settings
         self.model_path = Path(model_path)
         self.device = resolve_device(settings.device)
-        self.sharded = _wants_fsdp(settings.fsdp)
+        self.sharded = wants_fsdp(settings.fsdp)
         distributed = self.sharded and torch.distributed.is_initialized()
         self.rank = torch.distributed.get_rank() if distributed else 0
         self.world_size = torch.distributed.get_world_size() if distributed else 1
-        self.compute_dtype = _DTYPES[settings.dtype]
+        self.compute_dtype = DTYPES[settings.dtype]
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         # Master weights are float32. Frozen LoRA base weights need no master copy: bf16 storage then
         # (not under FSDP2, which wants one dtype per sharded group).
@@ -301,10 +200,11 @@ class PolicyLearner:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.config.use_cache = False
         self.lora_scaling: dict[str, float] = {}
+        """Each LoRA layer's scaling (alpha / r), by module name, for merging the adapters into exported weights."""
         if settings.lora is not None:
-            model = self._add_lora(model, settings.lora)
+            model, self.lora_scaling = add_lora(model, settings.lora, settings.seed)
         if settings.freeze:
-            _freeze(model, settings.freeze)
+            freeze(model, settings.freeze)
         model.to(self.device)
         if self.sharded:
             shard_model(model, self.device, self.compute_dtype if settings.dtype != "float32" else None)
@@ -327,30 +227,6 @@ class PolicyLearner:
         self._move_tokens: tuple[list[int], list[int]] | None = None
         self.snapshot: dict[str, torch.Tensor] | None = None
         """The weights of the frozen snapshot opponent, kept so that a checkpoint can restore it."""
-
-    def _add_lora(self, model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
-        try:  # peft is an optional dependency (the `gpu` and `dev` extras): imported only when LoRA is on
-            from peft import LoraConfig, get_peft_model
-            from peft.tuners.lora import LoraLayer
-        except ImportError:
-            raise RuntimeError("learner.lora needs peft: install the `gpu` or `dev` extra (peft==0.21.0)") from None
-
-        targets: list[str] | str = list(lora.target_modules)
-        if targets == ["all-linear"]:
-            targets = "all-linear"
-        config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
-                            bias="none", task_type="CAUSAL_LM")
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.settings.seed)  # the adapters' initialisation is part of the run's seed
-            model = get_peft_model(model, config)
-        for name, module in model.named_modules():
-            if isinstance(module, LoraLayer) and "default" in module.scaling:
-                if getattr(module, "fan_in_fan_out", False):
-                    raise ValueError(f"LoRA on {name}: fan_in_fan_out (Conv1D) layers are not supported by the merge")
-                self.lora_scaling[name] = float(module.scaling["default"])
-        if not self.lora_scaling:
-            raise ValueError(f"LoRA target_modules {lora.target_modules} matched no layer of the model")
-        return model
 
     def _trainable(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -611,7 +487,7 @@ class PolicyLearner:
         dtype = self.settings.export_dtype
         if dtype is None:
             return state
-        target = _DTYPES[dtype]
+        target = DTYPES[dtype]
         return {name: t.to(target) if t.is_floating_point() else t for name, t in state.items()}
 
     def _base_model(self) -> torch.nn.Module:
@@ -639,7 +515,7 @@ class PolicyLearner:
         staging.mkdir()
         write_safetensors(state, staging)
         self._base_model().config.save_pretrained(staging)
-        _replace_dir(staging, target)
+        replace_dir(staging, target)
         return str(target)
 
     @torch.no_grad()
@@ -748,19 +624,6 @@ def _adapter_key(name: str) -> str:
     return name
 
 
-def _replace_dir(staging: Path, target: Path) -> None:
-    """Put `staging` at `target`: a rename, after moving any existing `target` aside."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        if old.exists():
-            shutil.rmtree(old)
-        target.rename(old)
-    staging.rename(target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 class _CheckpointWriter:
     """What `checkpoint.save` calls `save_pretrained` on when the model is not a plain transformers model
     (LoRA, FSDP2): merged full weights + config, and the adapter in `adapter/`."""
@@ -779,7 +642,7 @@ class _CheckpointWriter:
         if generation is not None:
             generation.save_pretrained(directory)
         if learner.settings.lora is not None:
-            from peft import get_peft_model_state_dict  # optional dependency, as in `_add_lora`
+            from peft import get_peft_model_state_dict  # optional dependency, as in `strat.model.build.add_lora`
 
             adapter = get_peft_model_state_dict(learner.model, state_dict=self.full)
             (directory / "adapter").mkdir()

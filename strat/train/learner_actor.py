@@ -15,10 +15,11 @@ from ray.exceptions import GetTimeoutError
 
 import strat  # noqa: F401
 from strat.algorithm.records import TrainSample
+from strat.model.build import resolve_device
 from strat.model.checkpoint import Checkpoint
 from strat.sync.process_group import Membership, TensorMeta, describe
 from strat.sync.weights import POLICY, SNAPSHOT, prune_versions
-from strat.train.learner import LearnerSettings, PolicyLearner, resolve_device
+from strat.train.learner import LearnerSettings, PolicyLearner
 
 
 @ray.remote

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,29 @@ class MetricsLog:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+
+
+class PhaseTimer:
+    """Wall time per named phase of a training step; a phase entered twice adds up."""
+
+    def __init__(self, phases: tuple[str, ...]) -> None:
+        self.seconds = dict.fromkeys(phases, 0.0)
+        self.started = time.perf_counter()
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if name not in self.seconds:
+            raise KeyError(f"unknown phase {name!r} (phases: {', '.join(self.seconds)})")
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - started
+
+    def record(self) -> dict[str, float]:
+        """`time/<phase>_s` of every phase (0 for one that did not run), and `time/step_s` since the timer began."""
+        return {**{f"time/{name}_s": value for name, value in self.seconds.items()},
+                "time/step_s": time.perf_counter() - self.started}
 
 
 def read(run_dir: Path) -> list[dict[str, Any]]:

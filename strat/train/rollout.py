@@ -140,7 +140,7 @@ class RolloutRunner:
             pending: dict[str, list[_Game]] = {"policy": [], "snapshot": []}
             for game in in_flight:
                 self._play_scripted(game)
-                if not self._finished(game):
+                if not game.env.finished():
                     pending[game.players[game.env.agent_selection]].append(game)
             if not pending["policy"] and not pending["snapshot"]:
                 break
@@ -204,14 +204,9 @@ class RolloutRunner:
             )
         return started
 
-    @staticmethod
-    def _finished(game: _Game) -> bool:
-        env = game.env
-        return not env.agents or all(env.terminations[a] or env.truncations[a] for a in env.agents)
-
     def _play_scripted(self, game: _Game) -> None:
         env = game.env
-        while not self._finished(game) and game.players[env.agent_selection] == "scripted":
+        while not game.env.finished() and game.players[env.agent_selection] == "scripted":
             agent = env.agent_selection
             action = game.scripted.act(env, agent)
             game.turns.append(
@@ -224,13 +219,7 @@ class RolloutRunner:
                 )
             )
             env.step(action)
-            self._skip_dead(env)
-
-    @staticmethod
-    def _skip_dead(env: TextGameEnv) -> None:
-        # PettingZoo: an agent that is done must step None before it leaves the game.
-        while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
-            env.step(None)
+            env.skip_finished()
 
     def _decide_batch(self, batch: list[_Game], generate: Generate, seed: int) -> None:
         settings = self.settings
@@ -273,7 +262,7 @@ class RolloutRunner:
                 )
             )
             env.step(decision.action)
-            self._skip_dead(env)
+            env.skip_finished()
 
     def _episode(self, game: _Game) -> Episode:
         env = game.env

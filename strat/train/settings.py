@@ -3,17 +3,19 @@ parts take these plain settings, never the whole config."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Any
 
 import games
 from strat.algorithm.advantage import AdvantageConfig
 from strat.algorithm.losses import LossConfig
 from strat.config import ExperimentConfig
+from strat.engines import EngineSettings
+from strat.model.build import LoraSettings
 from strat.model.tiny import TinyModelSettings, resolve_model_path
 from strat.model.warmstart import WarmStartSettings
 from strat.train.agreement_models import AgreementSettings
-from strat.train.learner import LearnerSettings, LoraSettings
+from strat.train.learner import LearnerSettings
 from strat.train.rollout import OpponentChoice, RolloutSettings
 
 
@@ -79,19 +81,19 @@ def lora_settings(config: ExperimentConfig) -> LoraSettings | None:
     return LoraSettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout, target_modules=tuple(lora.target_modules))
 
 
-def engine_kwargs(config: ExperimentConfig) -> dict[str, Any]:
-    """The arguments every agent actor's engine is built with."""
-    return {
-        "dtype": config.engine.dtype,
-        "max_model_len": config.engine.max_model_len,
-        "kv_cache_bytes": config.engine.kv_cache_bytes,
-        "max_num_seqs": config.engine.max_num_seqs,
-        "tensor_parallel_size": config.engine.tensor_parallel_size,
-        "gpu_memory_utilization": config.engine.gpu_memory_utilization,
-        "seed": config.run.seed,
-        "trust_remote_code": config.model.trust_remote_code,
-        "multiprocess": config.engine.multiprocess,
-    }
+def engine_settings(config: ExperimentConfig) -> EngineSettings:
+    """How every agent actor's engine is built."""
+    return EngineSettings(
+        dtype=config.engine.dtype,
+        max_model_len=config.engine.max_model_len,
+        kv_cache_bytes=config.engine.kv_cache_bytes,
+        max_num_seqs=config.engine.max_num_seqs,
+        tensor_parallel_size=config.engine.tensor_parallel_size,
+        gpu_memory_utilization=config.engine.gpu_memory_utilization,
+        seed=config.run.seed,
+        trust_remote_code=config.model.trust_remote_code,
+        multiprocess=config.engine.multiprocess,
+    )
 
 
 def agreement_settings(config: ExperimentConfig) -> AgreementSettings:
@@ -103,7 +105,7 @@ def agreement_settings(config: ExperimentConfig) -> AgreementSettings:
         judge_engine=comparison.judge_engine,
         model_dir=comparison.judge_model if comparison.agreement == "judge" else comparison.embedding_model,
         backend=config.engine.backend,
-        engine_kwargs={**engine_kwargs(config), "tensor_parallel_size": 1, "trust_remote_code": False},
+        engine=dataclasses.replace(engine_settings(config), tensor_parallel_size=1, trust_remote_code=False),
     )
 
 

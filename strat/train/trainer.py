@@ -1,3 +1,4 @@
+# Over 500 lines: the driver still manages the actor fleet too (start, placement, restarts, replay of lost shares).
 """The driver: places the actors and runs rollout -> compare -> advantage -> learn -> sync ->
 (eval, checkpoint) for `schedule.steps`."""
 
@@ -5,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import shutil
 import signal
 import threading
@@ -29,35 +29,26 @@ from strat.algorithm.comparison import ComparisonWeights
 from strat.algorithm.records import Episode, ScoredEpisode
 from strat.cluster.placement import cluster_from_ray, needs_placement, reserve
 from strat.cluster.placement import plan as plan_placement
-from strat.config import ExperimentConfig, load_config, resolve_collective_backend, resolve_weight_sync, save_resolved
+from strat.config import ExperimentConfig, load_config, save_resolved
 from strat.errors import ConfigError, RunAborted
-from strat.eval.exploitability import EXPLOITABLE_GAMES
+from strat.eval.exploitability import exploitable
 from strat.eval.stats import mean_interval
 from strat.model import checkpoint
 from strat.model.warmstart import ensure_warm
-from strat.sync.weights import (
-    POLICY,
-    SNAPSHOT,
-    WeightBroadcast,
-    load_calls,
-    loadable,
-    publish_snapshot,
-    publish_weights,
-    snapshot_path,
-    sync_path,
-)
+from strat.sync.weights import WeightSync
 from strat.train.agent_actor import AgentActor
 from strat.train.comparator_actor import CoTComparator
 from strat.train.faults import injected_steps
 from strat.train.learner_actor import LearnerGroup
-from strat.train.metrics import EpisodeLedger, MetricsLog
+from strat.train.metrics import EpisodeLedger, MetricsLog, PhaseTimer
+from strat.train.ray_node import start_ray
 from strat.train.rollout import GroupPlan, derive_seed, plan_groups
 from strat.train.rollout_actor import RolloutWorker
 from strat.train.settings import (
     advantage_config,
     agreement_settings,
     base_model_path,
-    engine_kwargs,
+    engine_settings,
     learner_settings,
     rollout_settings,
     warm_start_settings,
@@ -65,6 +56,14 @@ from strat.train.settings import (
 from strat.train.transcripts import render_transcripts
 
 log = logging.getLogger("strat.train")
+
+STEP_PHASES = ("rollout", "compare", "advantage", "learn", "sync", "snapshot", "eval", "checkpoint")
+"""The phases of a training step, in order; each is timed as `time/<phase>_s`."""
+
+
+def _due(step: int, every: int) -> bool:
+    """Whether something done every `every` steps (0: never) is due at `step`."""
+    return bool(every) and step % every == 0
 
 
 def episode_metrics(scored: list[ScoredEpisode]) -> dict[str, float]:
@@ -175,7 +174,6 @@ class Trainer:
         self.resume = resume
         self.step = 0
         self.baseline = RoleBaseline(config.algorithm.ema_decay)
-        self._snapshot_step = 0
         self._handles: list[Any] = []
         self._pending: tuple[int, list[_Share], float] | None = None
         """The rollout in flight: (its step, each worker's share, when it was launched)."""
@@ -183,15 +181,6 @@ class Trainer:
         """A rollout collected early (before an evaluation): (its step, episodes, seconds)."""
         self._unsynced: int | None = None
         """With overlap, the step whose update has not reached the agents yet."""
-        self._agent_weights: tuple[Any, int] | None = None
-        """The weights the agents hold now (object ref, sync directory or weights staged on the learner; version);
-        None: the initial model's."""
-        self._weight_sync = resolve_weight_sync(config)
-        """`object_store`, `directory` or `collective` (engine.weight_sync resolved)."""
-        self._broadcasts: dict[str, WeightBroadcast] = {}
-        """Collective sync: the weight group of the policy's agents (POLICY) and the snapshot agent's (SNAPSHOT)."""
-        self._snapshot_weights: Any = None
-        """What the snapshot agent holds now: as `_agent_weights`, or a checkpoint folder, or None."""
         self.restarts = 0
         """Actors restarted so far in this run."""
         self._nonfinite_in_row = 0
@@ -291,24 +280,7 @@ class Trainer:
             )
 
     def _start_ray(self) -> None:
-        self._owns_ray = not ray.is_initialized()
-        if not self._owns_ray:
-            return
-        env_vars = {key: os.environ[key] for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS",
-                                                     "TOKENIZERS_PARALLELISM", "STRAT_CACHE_DIR") if key in os.environ}
-        env_vars["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        address = self.address or ("auto" if os.environ.get("RAY_ADDRESS") else None)
-        if address:
-            ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=False)
-        else:
-            ray.init(
-                num_cpus=max(2, os.cpu_count() or 2),
-                include_dashboard=False,
-                dashboard_host="127.0.0.1",
-                runtime_env={"env_vars": env_vars},
-                log_to_driver=False,
-                configure_logging=False,
-            )
+        self._owns_ray = start_ray(self.address)
 
     def _stop_actors(self) -> None:
         for handle in self._handles:
@@ -326,7 +298,7 @@ class Trainer:
         config = self.config
         res = config.resources
         check_resources(config, ray.cluster_resources())
-        self._engine_kwargs = engine_kwargs(config)
+        self._engine_settings = engine_settings(config)
         self.placement = None
         if needs_placement(config):
             # One placement group per role; a plan that cannot fit is refused here, before any actor.
@@ -352,10 +324,8 @@ class Trainer:
                           **self._placed("learner", rank)},
             ACTOR_START_TIMEOUT_S,
         )
-        if self._weight_sync == "collective":
-            backend = resolve_collective_backend(config)
-            self._broadcasts = {weights: WeightBroadcast(self.learner, weights, backend)
-                                for weights in (POLICY, SNAPSHOT)}
+        self.sync = WeightSync(config, self.run_dir, self.learner, lambda: self.agents, lambda: self.snapshot,
+                               self._learner_get, self._on_agents)
         self._collect_handles()
         self._wait_ready(self._handles)
         log.info("actors ready: %d agent(s), %d rollout worker(s), comparator, learner (%d rank(s))",
@@ -369,7 +339,7 @@ class Trainer:
     def _new_agent(self, index: int = 0, role: str = "agent") -> Any:
         cls, options = self._agent_cls
         return cls.options(**options, **self._placed(role, index)).remote(
-            self.config.engine.backend, self.model_path, self._engine_kwargs
+            self.config.engine.backend, self.model_path, self._engine_settings
         )
 
     def _new_worker(self, index: int) -> Any:
@@ -417,23 +387,7 @@ class Trainer:
         self.step = latest.step
         self._checkpointed_step = latest.step
         self.baseline.load_state_dict(loop_state.get("baseline", {}))
-        self._sync(version=self.step)
-        self._snapshot_step = int(loop_state.get("snapshot_step", 0))
-        if self.snapshot is not None and (latest.path / "snapshot").is_dir():
-            if self._weight_sync == "collective":
-                # The learner restored the snapshot with the checkpoint: broadcast it from there, no disk.
-                ref = self.learner.stage_snapshot.remote(False)
-                self._snapshot_weights = loadable("collective", ref, self._learner_get(ref), self._broadcasts[SNAPSHOT])
-            else:
-                # A copy outside the checkpoint, which keep_checkpoints may prune while a restarted
-                # snapshot agent could still need it.
-                kept = snapshot_path(self.config, self.run_dir, self._snapshot_step)
-                if not kept.is_dir():
-                    kept.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copytree(latest.path / "snapshot", kept.with_name(kept.name + ".tmp"), dirs_exist_ok=True)
-                    kept.with_name(kept.name + ".tmp").rename(kept)
-                self._snapshot_weights = str(kept)
-            ray.get(load_calls([self.snapshot], self._snapshot_weights, self._snapshot_step))
+        self.sync.restore(self.step, int(loop_state.get("snapshot_step", 0)), latest.path)
         log.info("resumed from %s (step %d)", latest.path, latest.step)
         return latest.step
 
@@ -461,15 +415,7 @@ class Trainer:
             self.snapshot = self._new_agent(role="snapshot")
         fresh = [self.agents[i] for i in dead_agents] + ([self.snapshot] if snapshot_dead else [])
         self._wait_ready(fresh)
-        # The weights the others hold. Collective: a weight group of the restarted agents is formed for it (the
-        # learner kept those weights), and one of all agents again at the next sync.
-        loads = []
-        if self._agent_weights is not None:
-            weights, version = self._agent_weights
-            loads += load_calls([self.agents[i] for i in dead_agents], weights, version)
-        if snapshot_dead and self._snapshot_weights is not None:
-            loads += load_calls([self.snapshot], self._snapshot_weights, self._snapshot_step)
-        ray.get(loads)
+        ray.get(self.sync.reload_calls([self.agents[i] for i in dead_agents], snapshot_dead))
         for i in dead_workers:
             self.workers[i] = self._new_worker(i)
         self._wait_ready([self.workers[i] for i in dead_workers])
@@ -642,99 +588,111 @@ class Trainer:
                     raise
                 self._recover(where, err)
 
-    def _push_weights(self, version: int) -> float:
-        """Sync the learner's weights to every agent (and refresh the snapshot when due); seconds taken."""
-        started = time.perf_counter()
-        self._sync(version=version)
-        self._maybe_snapshot(version)
-        return time.perf_counter() - started
-
     def _train_step(self) -> dict[str, Any]:
-        config = self.config
-        step = self.step + 1
-        started = time.perf_counter()
-        overlap = config.schedule.max_staleness > 0
-        episodes, rollout_s = self._collect_rollout(step)
-        resampling: dict[str, float] = {}
-        if config.algorithm.zero_spread == "resample":
-            # Before the next rollout starts and before any weight sync: the extra groups use the same weights.
-            episodes, resampling = self._resample_zero_spread(step, episodes)
-        self.ledger.write(step, episodes)
-        rollout_wait_s = time.perf_counter() - started
-        sync_s = 0.0
-        if overlap:
-            # The update of step - 1 reaches the agents only now, between two rollouts, so that every
-            # rollout runs on one set of weights exactly one update old.
-            if self._unsynced is not None:
-                sync_s += self._push_weights(self._unsynced)
-                self._unsynced = None
-            if step < config.schedule.steps:
-                self._launch_rollout(step + 1)
-
-        scored = self._comparator_get(episodes)
-        samples, stats = compute_advantages(scored, advantage_config(config),
-                                            self.baseline if config.algorithm.baseline == "ema" else None)
-        if step in self._inject_nonfinite:
-            samples = [dataclasses.replace(sample, advantage=float("nan")) for sample in samples]
-        learn_started = time.perf_counter()
-        learn = self._learner_get(self.learner.update.remote(samples))
-        learn_s = time.perf_counter() - learn_started
+        """One step as named phases, each timed as `time/<phase>_s`: rollout -> compare -> advantage -> learn -> sync
+        -> snapshot -> eval -> checkpoint. The rollout phase (waiting for the step's episodes) is logged as
+        `time/rollout_wait_s`; `time/rollout_s` is the rollout's own wall time, which overlap hides. With overlap the
+        next rollout starts before compare, after the previous update's sync."""
+        config, step = self.config, self.step + 1
+        timer = PhaseTimer(STEP_PHASES)
+        with timer.phase("rollout"):
+            episodes, rollout_s, resampling = self._rollout(step)
+        self._start_next_rollout(step, timer)
+        with timer.phase("compare"):
+            scored = self._comparator_get(episodes)
+        with timer.phase("advantage"):
+            samples, stats = self._advantages(step, scored)
+        with timer.phase("learn"):
+            learn = self._learner_get(self.learner.update.remote(samples))
         self.step = step
-
-        evaluate = bool(config.schedule.eval_every) and step % config.schedule.eval_every == 0
-        if not overlap:
-            sync_s += self._push_weights(step)
-        elif evaluate and self._pending is not None:
-            # Evaluation must see this step's weights: let the next rollout finish first, then sync.
-            next_step = self._pending[0]
-            self._ready = (next_step, *self._collect_rollout(next_step))
-            sync_s += self._push_weights(step)
-        elif evaluate:
-            sync_s += self._push_weights(step)
-        else:
-            self._unsynced = step
-
+        evaluate = _due(step, config.schedule.eval_every)
+        self._publish(step, evaluate, timer)
         record: dict[str, Any] = {
             "step": step, **episode_metrics(scored), **advantage_metrics(stats), **resampling, **learn
         }
         record.setdefault("loss/kl", 0.0)
         if evaluate:
-            record.update(self._evaluate())
-        if config.logging.samples_every and step % config.logging.samples_every == 0:
+            with timer.phase("eval"):
+                record.update(self._evaluate())
+        if _due(step, config.logging.samples_every):
             self._write_samples(step, scored[: min(4, len(scored))])
-        if config.schedule.checkpoint_every and (step % config.schedule.checkpoint_every == 0 or step == config.schedule.steps):
-            self._checkpoint(step)
-        step_s = time.perf_counter() - started
+        every = config.schedule.checkpoint_every
+        if every and (_due(step, every) or step == config.schedule.steps):
+            with timer.phase("checkpoint"):
+                self._checkpoint(step)
+        gen_tokens = record.pop("gen/tokens")
         record.update({
+            **timer.record(),
+            "time/rollout_wait_s": timer.seconds["rollout"],
             "time/rollout_s": rollout_s,
-            "time/rollout_wait_s": rollout_wait_s,
-            "time/learn_s": learn_s,
-            "time/sync_s": sync_s,
-            "time/step_s": step_s,
-            "throughput/gen_tokens_per_s": record.pop("gen/tokens") / rollout_s if rollout_s > 0 else 0.0,
+            "throughput/gen_tokens_per_s": gen_tokens / rollout_s if rollout_s > 0 else 0.0,
             "faults/actor_restarts": float(self.restarts),
         })
         return record
 
-    def _sync(self, version: int) -> None:
-        ref = publish_weights(self.learner, self._weight_sync, sync_path(self.config, self.run_dir, version))
-        written = self._learner_get(ref)  # the learner's death ends the run here, not inside an agent
-        weights = loadable(self._weight_sync, ref, written, self._broadcasts.get(POLICY))
-        self._agent_weights = (weights, version)
-        self._on_agents("weight sync", lambda: load_calls(self.agents, weights, version))
+    # --- the phases ------------------------------------------------------------------------
+
+    def _rollout(self, step: int) -> tuple[list[Episode], float, dict[str, float]]:
+        """The step's episodes (zero-spread groups resampled when asked), recorded in the ledger; the rollout's own
+        wall time; resampling figures."""
+        episodes, rollout_s = self._collect_rollout(step)
+        resampling: dict[str, float] = {}
+        if self.config.algorithm.zero_spread == "resample":
+            # Before the next rollout starts and before any weight sync: the extra groups use the same weights.
+            episodes, resampling = self._resample_zero_spread(step, episodes)
+        self.ledger.write(step, episodes)
+        return episodes, rollout_s, resampling
+
+    def _start_next_rollout(self, step: int, timer: PhaseTimer) -> None:
+        """With overlap: the update of step - 1 reaches the agents only now, between two rollouts, so that every
+        rollout runs on one set of weights exactly one update old; then the next rollout starts."""
+        if self.config.schedule.max_staleness == 0:
+            return
+        if self._unsynced is not None:
+            self._push_weights(self._unsynced, timer)
+            self._unsynced = None
+        if step < self.config.schedule.steps:
+            self._launch_rollout(step + 1)
+
+    def _advantages(self, step: int, scored: list[ScoredEpisode]) -> tuple[list[Any], Any]:
+        """The learner's samples with their advantages, and the advantage diagnostics."""
+        config = self.config
+        samples, stats = compute_advantages(scored, advantage_config(config),
+                                            self.baseline if config.algorithm.baseline == "ema" else None)
+        if step in self._inject_nonfinite:
+            samples = [dataclasses.replace(sample, advantage=float("nan")) for sample in samples]
+        return samples, stats
+
+    def _publish(self, step: int, evaluate: bool, timer: PhaseTimer) -> None:
+        """This step's weights to the agents: now (synchronous, or an evaluation follows), or with overlap after the
+        next rollout has been collected."""
+        if self.config.schedule.max_staleness == 0:
+            self._push_weights(step, timer)
+        elif evaluate and self._pending is not None:
+            # Evaluation must see this step's weights: let the next rollout finish first, then sync.
+            next_step = self._pending[0]
+            with timer.phase("rollout"):
+                self._ready = (next_step, *self._collect_rollout(next_step))
+            self._push_weights(step, timer)
+        elif evaluate:
+            self._push_weights(step, timer)
+        else:
+            self._unsynced = step
+
+    def _push_weights(self, version: int, timer: PhaseTimer) -> None:
+        """The learner's weights to every agent, and to the snapshot opponent when its refresh is due."""
+        with timer.phase("sync"):
+            self.sync.push(version)
+        with timer.phase("snapshot"):
+            self._maybe_snapshot(version)
 
     def _maybe_snapshot(self, step: int) -> None:
         every = self.config.schedule.snapshot_every
         if self.snapshot is not None and every and step % every == 0:
-            ref = publish_snapshot(self.learner, self._weight_sync, snapshot_path(self.config, self.run_dir, step))
-            written = self._learner_get(ref)
-            weights = loadable(self._weight_sync, ref, written, self._broadcasts.get(SNAPSHOT))
-            self._snapshot_weights = weights
-            self._snapshot_step = step
-            self._on_agents("snapshot refresh", lambda: load_calls([self.snapshot], weights, step))
+            self.sync.refresh_snapshot(step)
 
     def _checkpoint(self, step: int) -> None:
-        loop_state = {"baseline": self.baseline.state_dict(), "snapshot_step": self._snapshot_step}
+        loop_state = {"baseline": self.baseline.state_dict(), "snapshot_step": self.sync.snapshot_step}
         ref = self.learner.save.remote(str(self.run_dir), step, loop_state, self.config.schedule.keep_checkpoints)
         try:
             path = self._learner_get(ref)
@@ -763,7 +721,7 @@ class Trainer:
             "eval/return_vs_random_ci": return_ci,
             "eval/win_rate_vs_random": sum(wins) / len(wins) if wins else None,
         }
-        if config.game.name in EXPLOITABLE_GAMES and config.eval.samples_per_infoset > 0:
+        if exploitable(config.game.name, dict(config.game.options)) and config.eval.samples_per_infoset > 0:
             estimate = self._on_agents("evaluation", lambda: self.workers[0].exploitability.remote(
                 config.eval.samples_per_infoset, seed, config.eval.bootstrap))
             out["eval/exploitability"] = estimate.value

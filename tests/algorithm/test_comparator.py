@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,10 +12,11 @@ import ray
 from strat.algorithm.comparison import AgreementPair, ComparisonWeights, judge_messages
 from strat.algorithm.records import NO_SCORE
 from strat.config import load_config
+from strat.engines import EngineSettings
 from strat.train.agent_actor import AgentActor
 from strat.train.agreement_models import JUDGE_SAMPLING, AgreementSettings
 from strat.train.comparator_actor import Comparator, CoTComparator
-from strat.train.settings import agreement_settings, engine_kwargs
+from strat.train.settings import agreement_settings, engine_settings
 
 from .helpers import kuhn_self_play
 
@@ -77,7 +79,7 @@ def test_trainer_builds_the_judge_like_the_agents_on_one_device(tiny_model_dir: 
     assert (settings.method, settings.judge_engine, settings.model_dir, settings.backend) == (
         "judge", "separate", str(tiny_model_dir), "hf"
     )
-    assert settings.engine_kwargs == {**engine_kwargs(config), "tensor_parallel_size": 1, "trust_remote_code": False}
+    assert settings.engine == dataclasses.replace(engine_settings(config), tensor_parallel_size=1, trust_remote_code=False)
 
 
 def test_model_backed_agreement_needs_its_model_or_agents() -> None:
@@ -97,7 +99,7 @@ def local_ray() -> Iterator[None]:
 
 
 def test_policy_judge_asks_the_agent_actors(local_ray, tiny_model_dir: Path) -> None:
-    agents = [AgentActor.options(num_cpus=0.5).remote("hf", str(tiny_model_dir), {}) for _ in range(2)]
+    agents = [AgentActor.options(num_cpus=0.5).remote("hf", str(tiny_model_dir), EngineSettings()) for _ in range(2)]
     comparator = CoTComparator.options(num_cpus=0.5).remote(
         ComparisonWeights(), AgreementSettings("judge", judge_engine="policy"), agents
     )

@@ -6,17 +6,17 @@ import random
 
 import pytest
 
+from games.bargaining import item_values
+from games.cards import card_values
+from games.liars_dice import dice_values
 from strat.algorithm.comparison import (
     AgreementPair,
     ComparisonWeights,
     agreement_scorer,
     belief_accuracy,
-    card_values,
     combine,
     cosine_agreement,
-    dice_values,
     embedding_scorer,
-    item_values,
     judge_messages,
     judge_scorer,
     parse_judge_score,

@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 
 from strat.algorithm.records import TrainSample
 from strat.model import checkpoint
-from strat.train.learner import LearnerSettings, LoraSettings, PolicyLearner, split_for_ranks
+from strat.model.build import LoraSettings
+from strat.train.learner import LearnerSettings, PolicyLearner, split_for_ranks
 
 from .sync_helpers import prompts_for, target_response
 

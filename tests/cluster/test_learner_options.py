@@ -15,14 +15,9 @@ from transformers import AutoModelForCausalLM
 from strat.algorithm.losses import LossConfig
 from strat.engines import SamplingParams, build_engine
 from strat.model import checkpoint
-from strat.train.learner import (
-    LearnerSettings,
-    LoraSettings,
-    PolicyLearner,
-    resolve_device,
-    shard_model,
-    write_safetensors,
-)
+from strat.model.build import LoraSettings, resolve_device, shard_model
+from strat.model.safetensors_io import write_safetensors
+from strat.train.learner import LearnerSettings, PolicyLearner
 
 from .sync_helpers import perturb, perturbing_samples, prompts_for
 

@@ -1,4 +1,4 @@
-"""`strat.sync.weights.sync_agents` / `sync_snapshot` through real Ray actors (learner + an hf agent):
+"""`strat.sync.weights.WeightSync` (push, refresh_snapshot, restore) through real Ray actors (learner + an hf agent):
 every mode ends with the agent answering as the learner (collective: over a gloo weight group of the
 two actors, formed once and reused for the second version). The engine side of every path, including a
 multi-process vLLM engine, is in test_weight_sync.py; an hf agent keeps this module quick."""
@@ -13,21 +13,9 @@ import ray
 from transformers import AutoTokenizer
 
 from strat.algorithm.records import TrainSample
-from strat.config import load_config, resolve_collective_backend, resolve_weight_sync
+from strat.config import load_config
 from strat.engines import SamplingParams
-from strat.sync.weights import (
-    POLICY,
-    PREFIX,
-    SNAPSHOT,
-    WeightBroadcast,
-    load_calls,
-    loadable,
-    snapshot_path,
-    sync_agents,
-    sync_path,
-    sync_root,
-    sync_snapshot,
-)
+from strat.sync.weights import PREFIX, WeightSync, sync_root
 from strat.train.learner import LearnerSettings
 
 from .sync_helpers import perturbing_samples, prompts_for
@@ -47,13 +35,14 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tiny_model_dir: Path) -> Iterator[Cluster]:
+    from strat.engines import EngineSettings
     from strat.train.agent_actor import AgentActor
     from strat.train.learner_actor import Learner
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         # One agent keeps the module's start-up short (each actor process imports torch and transformers).
-        agents = [AgentActor.options(num_cpus=0.25).remote("hf", str(tiny_model_dir), {})]
+        agents = [AgentActor.options(num_cpus=0.25).remote("hf", str(tiny_model_dir), EngineSettings())]
         learner = Learner.options(num_cpus=0.25).remote(str(tiny_model_dir), LearnerSettings(lr=2e-2))
         ray.get([h.ready.remote() for h in (*agents, learner)], timeout=300)
         tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -75,24 +64,22 @@ def _step(cluster: Cluster) -> list[list[int]]:
     return ray.get(cluster.learner.greedy.remote(cluster.prompts, MAX_TOKENS))
 
 
-def _broadcast(cluster: Cluster, config: Any, weights: str) -> WeightBroadcast | None:
-    if resolve_weight_sync(config) != "collective":
-        return None
-    return WeightBroadcast(cluster.learner, weights, resolve_collective_backend(config))
+def _sync(cluster: Cluster, config: Any) -> WeightSync:
+    """The weight sync of the cluster's learner, with its first agent as the snapshot opponent too."""
+    return WeightSync(config, config.run_dir, cluster.learner, lambda: cluster.agents, lambda: cluster.agents[0])
 
 
 @pytest.mark.parametrize("weight_sync", ["object_store", "directory", "collective"])
 def test_sync_agents(cluster: Cluster, tmp_path: Path, weight_sync: str) -> None:
     config = load_config(None, [f"run.output_dir={tmp_path}", "engine.backend=hf", f"engine.weight_sync={weight_sync}"])
-    mode = resolve_weight_sync(config)
-    broadcast = _broadcast(cluster, config, POLICY)
+    sync = _sync(cluster, config)
     for version in (1, 2):
         expected = _step(cluster)
         before = [_greedy(agent, cluster.prompts) for agent in cluster.agents]
         assert all(b != expected for b in before)
-        sync_agents(cluster.learner, cluster.agents, mode, sync_path(config, config.run_dir, version), version, broadcast)
+        sync.push(version)
         assert [_greedy(agent, cluster.prompts) for agent in cluster.agents] == [expected] * len(cluster.agents)
-    if mode == "directory":
+    if sync.mode == "directory":
         assert [p.name for p in sync_root(config, config.run_dir).iterdir()] == [f"{PREFIX}2"]
     else:
         assert not sync_root(config, config.run_dir).exists()
@@ -102,24 +89,26 @@ def test_sync_agents(cluster: Cluster, tmp_path: Path, weight_sync: str) -> None
 def test_sync_snapshot(cluster: Cluster, tmp_path: Path, weight_sync: str) -> None:
     config = load_config(None, [f"run.output_dir={tmp_path}", "engine.backend=hf", f"engine.weight_sync={weight_sync}"])
     expected = _step(cluster)
-    snapshot = cluster.agents[0]
-    sync_snapshot(cluster.learner, snapshot, resolve_weight_sync(config), snapshot_path(config, config.run_dir, 3), 3,
-                  _broadcast(cluster, config, SNAPSHOT))
-    assert _greedy(snapshot, cluster.prompts) == expected
+    _sync(cluster, config).refresh_snapshot(3)
+    assert _greedy(cluster.agents[0], cluster.prompts) == expected
 
 
 def test_a_restored_snapshot_is_broadcast_as_kept(cluster: Cluster, tmp_path: Path) -> None:
     """What resume does under collective sync: the snapshot the learner holds (restored with a checkpoint), not a new
     one, goes to the snapshot agent."""
     config = load_config(None, [f"run.output_dir={tmp_path}", "engine.backend=hf", "engine.weight_sync=collective"])
-    broadcast = _broadcast(cluster, config, SNAPSHOT)
     snapshot = cluster.agents[0]
+    # The agent plays the snapshot alone here: an engine is in one weight group at a time, and in a run the policy's
+    # agents and the snapshot agent are different actors.
+    sync = WeightSync(config, config.run_dir, cluster.learner, lambda: [], lambda: snapshot)
     expected = _step(cluster)
-    sync_snapshot(cluster.learner, snapshot, "collective", None, 3, broadcast)
+    sync.refresh_snapshot(3)
     _step(cluster)  # the learner moves on; the agent is back to the base weights
     assert _greedy(snapshot, cluster.prompts) != expected
-    ref = cluster.learner.stage_snapshot.remote(False)
-    ray.get(load_calls([snapshot], loadable("collective", ref, ray.get(ref), broadcast), 3))
+    checkpoint = tmp_path / "checkpoints" / "step_3"
+    (checkpoint / "snapshot").mkdir(parents=True)  # what restore looks for; collective reads the learner's copy
+    sync.restore(3, 3, checkpoint)
+    assert sync.snapshot_step == 3
     assert _greedy(snapshot, cluster.prompts) == expected
 
 

@@ -128,7 +128,7 @@ def test_registry_names_and_errors():
 def test_specs():
     kuhn = games.spec("kuhn_poker")
     assert kuhn == games.GameSpec(
-        "kuhn_poker", 2, (-2.0, 2.0), zero_sum=True, perfect_information=False
+        "kuhn_poker", 2, (-2.0, 2.0), zero_sum=True, perfect_information=False, exploitable=True
     )
     assert games.spec("kuhn_poker", players=3).num_players == 3
     assert games.spec("kuhn_poker", players=3).return_range == (-2.0, 4.0)

@@ -46,10 +46,7 @@ def mean_return(name: str, hero: str, villain: str, deals: int, **options) -> tu
         for seat in range(n):
             env.reset(seed=deal)
             hero_agent = f"player_{seat}"
-            for agent in env.agent_iter():
-                if env.terminations[agent]:
-                    env.step(None)
-                    continue
+            for agent in env.turns():
                 player = hero_player if agent == hero_agent else villain_player
                 env.step(player.act(env, agent))
             total += env.returns()[hero_agent]
@@ -78,10 +75,7 @@ def test_action_probs_are_distributions_over_legal_actions(name):
     rng = random.Random(0)
     for game in range(20):
         env.reset(seed=game)
-        for agent in env.agent_iter():
-            if env.terminations[agent]:
-                env.step(None)
-                continue
+        for agent in env.turns():
             for opponent in opponents:
                 probs = opponent.action_probs(env, agent)
                 assert set(probs) <= set(env.legal_actions())

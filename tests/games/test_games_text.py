@@ -34,10 +34,7 @@ def decision_points(name: str, options: dict, n_games: int, seed: int = 0) -> It
     rng = random.Random(seed)
     for game in range(n_games):
         env.reset(seed=game)
-        for agent in env.agent_iter():
-            if env.terminations[agent]:
-                env.step(None)
-                continue
+        for _ in env.turns():
             yield env
             env.step(rng.choice(env.legal_actions()))
 

@@ -25,12 +25,12 @@ pytestmark = pytest.mark.long
 def test_sync_makes_agents_answer_as_the_learner(local_ray, tmp_path: Path, tiny_model_dir: Path, extra, mode) -> None:
     config = _config(tmp_path, tiny_model_dir, *extra, "resources.cpus_per_agent=0.25", "algorithm.lr=0.05")
     trainer = Trainer(config, config.run_dir)
-    assert trainer._weight_sync == mode
     trainer._prepare_run_dir()
     trainer.model_path = str(tiny_model_dir)
     trainer._start_ray()
     try:
         trainer._start_actors()
+        assert trainer.sync.mode == mode
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -49,14 +49,14 @@ def test_sync_makes_agents_answer_as_the_learner(local_ray, tmp_path: Path, tiny
             # Back to the initial weights first: each sync, the second one too, must move the agent's.
             ray.get(trainer.agents[0].load_weights_dir.remote(str(tiny_model_dir), 0))
             assert [list(g.token_ids) for g in ray.get(trainer.agents[0].generate.remote(prompts, greedy))] == before
-            trainer._sync(version=version)
+            trainer.sync.push(version)
             after = [list(g.token_ids) for g in ray.get(trainer.agents[0].generate.remote(prompts, greedy))]
             assert after == expected
         if mode == "directory":
             assert [p.name for p in (config.run_dir / "sync").iterdir()] == ["step_2"]
         else:  # the weights went through the weight group, formed once for both versions
             assert not (config.run_dir / "sync").exists()
-            assert trainer._broadcasts["policy"].members == trainer.agents
+            assert trainer.sync.broadcasts["policy"].members == trainer.agents
     finally:
         trainer._stop_actors()
 

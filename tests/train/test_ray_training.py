@@ -121,7 +121,7 @@ def test_after_sync_every_agent_generates_like_the_learner(
             for i, (prompt, gen) in enumerate(zip(prompts, before[0], strict=True))
         ]
         ray.get(trainer.learner.update.remote(samples))
-        trainer._sync(version=1)
+        trainer.sync.push(1)
         state = ray.get(trainer.learner.state_dict.remote())
         expected = _reference_greedy(tiny_model_dir, state, prompts)
         for agent, old in zip(trainer.agents, before, strict=True):

@@ -19,7 +19,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import games
 import games.opponents
-from strat.algorithm.comparison import belief_text, card_values
+from games.cards import card_values
+from strat.algorithm.comparison import belief_text
 from strat.algorithm.reasoning import BELIEF_MARKER, parse_response
 from strat.model import warmstart
 from strat.model.tiny import cache_dir
