@@ -18,6 +18,19 @@ _GAMES: dict[str, type[TextGameEnv]] = {
 }
 
 
+def register(env_class: type[TextGameEnv]) -> type[TextGameEnv]:
+    """Add a game to the registry under its `game_name` (usable as a class decorator); a game defined outside this
+    package becomes playable and trainable by name, `strat/` unchanged. Every process that plays it must import the
+    module that registers it."""
+    name = getattr(env_class, "game_name", None)
+    if not (isinstance(env_class, type) and issubclass(env_class, TextGameEnv)) or not isinstance(name, str):
+        raise TypeError(f"{env_class!r} is not a TextGameEnv class with a game_name")
+    if name in _GAMES and _GAMES[name] is not env_class:
+        raise ValueError(f"a game named {name!r} is registered already ({_GAMES[name].__name__})")
+    _GAMES[name] = env_class
+    return env_class
+
+
 def names() -> list[str]:
     """Names of all registered games, sorted."""
     return sorted(_GAMES)

@@ -34,7 +34,9 @@ def load(config: Path, overrides: list[str] | None) -> ExperimentConfig:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `strat` console script; user errors exit 2 with one line on stderr."""
     try:
-        app(args=argv, standalone_mode=False)
+        # Outside standalone mode click returns a verb's `typer.Exit(code)` (e.g. `submit --follow`'s job status)
+        # instead of exiting, and otherwise the verb's own return value.
+        result = app(args=argv, standalone_mode=False)
     except (ConfigError, UserError, JobError) as err:
         typer.echo(f"strat: error: {err}", err=True)
         return 2
@@ -51,4 +53,4 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as err:  # usage errors
         err.show()
         return err.exit_code
-    return 0
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0

@@ -53,6 +53,32 @@ def test_submit_follow_runs_a_tiny_job(ray_head, strat_main, tmp_path, monkeypat
 
 
 @pytest.mark.slow
+def test_submit_follow_exits_1_when_the_job_fails(ray_head, strat_main, tmp_path, monkeypatch, capsys) -> None:
+    """A run that stops with an error at run time (a non-finite update, injected, with no skip allowed) is a FAILED
+    job, and `strat submit --follow` says so with exit status 1."""
+    import os
+
+    from strat.model import tiny as tiny_model
+
+    tiny_model.ensure("kuhn_poker")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    code = strat_main([
+        "submit", str(REPO / "configs" / "kuhn_poker_tiny.yaml"), *TINY_OVERRIDES, f"run.output_dir={tmp_path}",
+        "schedule.max_nonfinite_updates=1", "--address", ray_head.address, "--follow",
+        "--env", f"STRAT_CACHE_DIR={os.environ['STRAT_CACHE_DIR']}", "--env", "STRAT_INJECT_FAULTS=nonfinite:1",
+    ])
+    printed = capsys.readouterr().out
+    assert code == 1, printed[-3000:]
+    assert ": FAILED" in printed
+
+
+def test_exit_codes_of_job_statuses() -> None:
+    from strat.cluster.jobs import exit_code
+
+    assert [exit_code(s) for s in ("SUCCEEDED", "FAILED", "STOPPED", "PENDING")] == [0, 1, 3, 1]
+
+
+@pytest.mark.slow
 def test_reserve_places_actors_in_their_bundles(ray_head, monkeypatch) -> None:
     import ray
 
