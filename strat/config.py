@@ -161,6 +161,10 @@ class EngineConfig(_Section):
     a mounted bucket) otherwise. Holds one copy of the model (the latest version)."""
 
 
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The linear layers that get LoRA adapters by default (Qwen and Llama names)."""
+
+
 class LoraConfig(_Section):
     """Low-rank adapters (peft) instead of full fine-tuning."""
 
@@ -172,9 +176,7 @@ class LoraConfig(_Section):
     """LoRA scaling numerator: the adapter's update is scaled by alpha / r."""
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     """Dropout on the adapters' input during training."""
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    )
+    target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_LORA_TARGETS))
     """Names of the linear layers that get adapters (Qwen/Llama names by default), or ["all-linear"]."""
 
     @field_validator("target_modules")

@@ -17,6 +17,8 @@ from strat.eval.exploitability import ExploitabilityEstimate
 from strat.eval.policies import PolicyInfo
 from strat.eval.stats import CotResult, Estimate, HeadToHead, MatchResult
 from strat.eval.viewer import write_html
+from strat.train.metrics import jsonable
+from strat.train.metrics import read as read_metrics
 
 SCHEMA_VERSION = 1
 
@@ -65,12 +67,11 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     notes = list(report.notes)
     written: list[Path] = []
-    metrics = run_dir / "metrics.jsonl" if run_dir is not None else None
-    wants_curves = metrics is not None and metrics.is_file()
+    wants_curves = run_dir is not None and (run_dir / "metrics.jsonl").is_file()
     if (wants_curves or report.head_to_head is not None) and not plots_available():
         notes.append("plots skipped: matplotlib is not installed in this environment")
     elif wants_curves:
-        written.append(plot_learning_curves(read_metrics(metrics), out_dir / LEARNING_CURVES, title=run_dir.name))
+        written.append(plot_learning_curves(read_metrics(run_dir), out_dir / LEARNING_CURVES, title=run_dir.name))
     if report.head_to_head is not None and plots_available():
         written.append(plot_payoff_matrix(report.head_to_head, out_dir / PAYOFF_MATRIX))
     if transcripts:
@@ -88,22 +89,12 @@ def write_report(
 
 def to_json(report: EvalReport, files: Sequence[str] = ()) -> dict[str, Any]:
     """The report as JSON-safe data: non-finite numbers become null, intervals are [low, high]."""
-    data = _jsonable(dataclasses.asdict(report))
+    data = jsonable(dataclasses.asdict(report))
     if report.exploitability is not None:
         data["exploitability"]["exact"] = report.exploitability.exact
     return {"schema_version": SCHEMA_VERSION, **data, "files": list(files)}
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(key): _jsonable(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(item) for item in value]
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if hasattr(value, "item"):  # numpy scalars
-        return _jsonable(value.item())
-    return value
 
 
 # --- eval.md ------------------------------------------------------------------------------------------
@@ -248,16 +239,6 @@ def _head_to_head_markdown(result: HeadToHead) -> list[str]:
 # --- plots --------------------------------------------------------------------------------------------
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of a run's metrics.jsonl; a torn last line (a run still writing) is skipped."""
-    records = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records
 
 
 def _pyplot():

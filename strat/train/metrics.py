@@ -26,7 +26,7 @@ class MetricsLog:
 
     def write(self, record: dict[str, Any]) -> None:
         step = int(record["step"])
-        clean = {key: _jsonable(value) for key, value in record.items()}
+        clean = {key: jsonable(value) for key, value in record.items()}
         with self.path.open("a") as handle:
             handle.write(json.dumps(clean, sort_keys=True) + "\n")
         if self._writer is not None:
@@ -64,9 +64,17 @@ class PhaseTimer:
 
 
 def read(run_dir: Path) -> list[dict[str, Any]]:
-    """Every record of a run's metrics.jsonl."""
+    """Every record of a run's metrics.jsonl (none when it has none); a torn last line (a run still writing, or
+    killed mid-write) is skipped."""
     path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    records = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
 
 
 def _step_of(line: str) -> int:
@@ -76,11 +84,17 @@ def _step_of(line: str) -> int:
         return 1 << 62
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+def jsonable(value: Any) -> Any:
+    """`value` as strict JSON takes it: non-finite floats as null, numpy and torch scalars as Python numbers, dict
+    keys as strings, tuples as lists."""
+    if isinstance(value, dict):
+        return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(item) for item in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if hasattr(value, "item"):
-        return _jsonable(value.item())
+        return jsonable(value.item())
     return value
 
 
