@@ -1,4 +1,4 @@
-# Over 500 lines: the driver still manages the actor fleet too (start, placement, restarts, replay of lost shares).
+# Over 500 lines: the step's phases, resume, pre-emption and evaluation share the loop's state (actors: fleet.py).
 """The driver: places the actors and runs rollout -> compare -> advantage -> learn -> sync ->
 (eval, checkpoint) for `schedule.steps`."""
 
@@ -11,12 +11,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import RayTaskError
 
 from strat.algorithm.advantage import (
     AdvantageStats,
@@ -25,31 +24,21 @@ from strat.algorithm.advantage import (
     replace_zero_spread_groups,
     zero_spread_group_ids,
 )
-from strat.algorithm.comparison import ComparisonWeights
 from strat.algorithm.records import Episode, ScoredEpisode
-from strat.cluster.placement import cluster_from_ray, needs_placement, reserve
-from strat.cluster.placement import plan as plan_placement
 from strat.config import ExperimentConfig, load_config, save_resolved
 from strat.errors import ConfigError, RunAborted
 from strat.eval.exploitability import exploitable
 from strat.eval.stats import mean_interval
 from strat.model import checkpoint
 from strat.model.warmstart import ensure_warm
-from strat.sync.weights import WeightSync
-from strat.train.agent_actor import AgentActor
-from strat.train.comparator_actor import CoTComparator
 from strat.train.faults import injected_steps
-from strat.train.learner_actor import LearnerGroup
+from strat.train.fleet import Fleet, Share, actor_died
 from strat.train.metrics import EpisodeLedger, MetricsLog, PhaseTimer
 from strat.train.ray_node import start_ray
-from strat.train.rollout import GroupPlan, derive_seed, plan_groups
-from strat.train.rollout_actor import RolloutWorker
+from strat.train.rollout import derive_seed, plan_groups
 from strat.train.settings import (
     advantage_config,
-    agreement_settings,
     base_model_path,
-    engine_settings,
-    learner_settings,
     rollout_settings,
     warm_start_settings,
 )
@@ -111,22 +100,6 @@ def advantage_metrics(stats: AdvantageStats) -> dict[str, float]:
     }
 
 
-ACTOR_START_TIMEOUT_S = 600.0
-ACTOR_PING_TIMEOUT_S = 60.0
-
-
-def required_resources(config: ExperimentConfig) -> dict[str, float]:
-    """CPUs and GPUs the run's actors ask for together."""
-    res = config.resources
-    snapshot = any(o.kind == "snapshot" for o in config.game.opponents)
-    agents = res.agents + int(snapshot)
-    return {
-        "CPU": agents * res.cpus_per_agent + res.rollout_workers * res.cpus_per_worker
-        + res.learner_world_size * res.cpus_learner + res.cpus_comparator,
-        "GPU": agents * res.gpus_per_agent + res.gpus_learner + res.gpus_comparator,
-    }
-
-
 def checkpoint_bytes(config: ExperimentConfig, model_dir: Path) -> int:
     """About how much disk the run's kept checkpoints take: float32 weights and two AdamW moments,
     the snapshot opponent's weights when there is one, and one more checkpoint being written."""
@@ -134,34 +107,6 @@ def checkpoint_bytes(config: ExperimentConfig, model_dir: Path) -> int:
     snapshot = any(o.kind == "snapshot" for o in config.game.opponents)
     per_checkpoint = weights * (3 + int(snapshot))
     return per_checkpoint * (config.schedule.keep_checkpoints + 1)
-
-
-def check_resources(config: ExperimentConfig, available: dict[str, float]) -> None:
-    """Refuse, before any actor starts, a run the cluster cannot hold."""
-    for kind, needed in required_resources(config).items():
-        have = float(available.get(kind, 0.0))
-        if needed > have + 1e-9:
-            raise ConfigError(
-                f"resources: the actors need {needed:g} {kind} but the Ray cluster has {have:g} "
-                "(lower resources.* or add nodes)"
-            )
-
-
-@dataclass
-class _Share:
-    """One worker's part of a step's rollout: what it plays, with which seed, and its future."""
-
-    worker: int
-    plans: list[GroupPlan]
-    sampling_seed: int
-    future: Any
-
-
-def _actor_died(err: BaseException) -> bool:
-    """Whether a Ray error means an actor died (also when the death surfaced inside another task)."""
-    if isinstance(err, RayActorError):
-        return True
-    return isinstance(err, RayTaskError) and isinstance(getattr(err, "cause", None), RayActorError)
 
 
 class Trainer:
@@ -174,15 +119,14 @@ class Trainer:
         self.resume = resume
         self.step = 0
         self.baseline = RoleBaseline(config.algorithm.ema_decay)
-        self._handles: list[Any] = []
-        self._pending: tuple[int, list[_Share], float] | None = None
+        self.fleet: Fleet | None = None
+        """The run's actors, once started."""
+        self._pending: tuple[int, list[Share], float] | None = None
         """The rollout in flight: (its step, each worker's share, when it was launched)."""
         self._ready: tuple[int, list[Episode], float] | None = None
         """A rollout collected early (before an evaluation): (its step, episodes, seconds)."""
         self._unsynced: int | None = None
         """With overlap, the step whose update has not reached the agents yet."""
-        self.restarts = 0
-        """Actors restarted so far in this run."""
         self._nonfinite_in_row = 0
         self._checkpointed_step: int | None = None
         self.stop_signal: str | None = None
@@ -282,88 +226,26 @@ class Trainer:
     def _start_ray(self) -> None:
         self._owns_ray = start_ray(self.address)
 
+    def _start_actors(self) -> None:
+        self.fleet = Fleet(self.config, self.run_dir, self.model_path, lambda: self.step)
+        self.fleet.start()
+
     def _stop_actors(self) -> None:
-        for handle in self._handles:
-            ray.kill(handle)
-        self._handles = []
-        if getattr(self, "placement", None) is not None:
-            self.placement.remove()
-            self.placement = None
+        if self.fleet is not None:
+            self.fleet.stop()
+
+    # The run's actors, as the fleet holds them now (a restart replaces a dead one).
+    agents = property(lambda self: self.fleet.agents)
+    workers = property(lambda self: self.fleet.workers)
+    snapshot = property(lambda self: self.fleet.snapshot)
+    comparator = property(lambda self: self.fleet.comparator)
+    learner = property(lambda self: self.fleet.learner)
+    sync = property(lambda self: self.fleet.sync)
+    restarts = property(lambda self: self.fleet.restarts)
 
     def _stop_ray(self) -> None:
         if getattr(self, "_owns_ray", False) and ray.is_initialized():
             ray.shutdown()
-
-    def _start_actors(self) -> None:
-        config = self.config
-        res = config.resources
-        check_resources(config, ray.cluster_resources())
-        self._engine_settings = engine_settings(config)
-        self.placement = None
-        if needs_placement(config):
-            # One placement group per role; a plan that cannot fit is refused here, before any actor.
-            self.placement = reserve(plan_placement(config, cluster_from_ray(ray.nodes())), ACTOR_START_TIMEOUT_S)
-        # An agent's engine holds all of its tensor-parallel GPUs.
-        self._agent_cls = (AgentActor, {"num_cpus": res.cpus_per_agent,
-                                        "num_gpus": res.gpus_per_agent * config.engine.tensor_parallel_size})
-        self._worker_cls = (RolloutWorker, {"num_cpus": res.cpus_per_worker})
-        self.agents = [self._new_agent(index=i) for i in range(res.agents)]
-        self.snapshot = None
-        if any(o.kind == "snapshot" for o in config.game.opponents):
-            self.snapshot = self._new_agent(role="snapshot")
-        self.workers = [self._new_worker(i) for i in range(res.rollout_workers)]
-        weights = config.comparison.weights
-        self.comparator = CoTComparator.options(
-            num_cpus=res.cpus_comparator, num_gpus=res.gpus_comparator, **self._placed("comparator")
-        ).remote(ComparisonWeights(weights.predict, weights.belief, weights.agreement), agreement_settings(config),
-                 self._judges())
-        # One handle for all learner ranks (data-parallel FSDP2 when there are several).
-        self.learner = LearnerGroup.start(
-            self.model_path, learner_settings(config), res.learner_world_size,
-            lambda rank: {"num_cpus": res.cpus_learner, "num_gpus": res.gpus_per_learner_rank,
-                          **self._placed("learner", rank)},
-            ACTOR_START_TIMEOUT_S,
-        )
-        self.sync = WeightSync(config, self.run_dir, self.learner, lambda: self.agents, lambda: self.snapshot,
-                               self._learner_get, self._on_agents)
-        self._collect_handles()
-        self._wait_ready(self._handles)
-        log.info("actors ready: %d agent(s), %d rollout worker(s), comparator, learner (%d rank(s))",
-                 len(self.agents), len(self.workers), len(self.learner.ranks))
-
-    def _placed(self, role: str, index: int = 0) -> dict[str, Any]:
-        """The actor's bundle in its role's placement group (nothing on a CPU-only run). A restarted
-        actor takes the bundle its predecessor freed."""
-        return {} if self.placement is None else {"scheduling_strategy": self.placement.strategy(role, index)}
-
-    def _new_agent(self, index: int = 0, role: str = "agent") -> Any:
-        cls, options = self._agent_cls
-        return cls.options(**options, **self._placed(role, index)).remote(
-            self.config.engine.backend, self.model_path, self._engine_settings
-        )
-
-    def _new_worker(self, index: int) -> Any:
-        agent = self.agents[index % len(self.agents)]
-        cls, options = self._worker_cls
-        return cls.options(**options, **self._placed("rollout_worker", index)).remote(
-            rollout_settings(self.config), self.model_path, agent, self.snapshot
-        )
-
-    def _collect_handles(self) -> None:
-        self._handles = [*self.agents, *self.workers, self.comparator, *self.learner.ranks]
-        if self.snapshot is not None:
-            self._handles.append(self.snapshot)
-
-    @staticmethod
-    def _wait_ready(handles: list[Any]) -> None:
-        ready = [h.ready.remote() for h in handles]
-        _, pending = ray.wait(ready, num_returns=len(ready), timeout=ACTOR_START_TIMEOUT_S)
-        if pending:
-            raise RuntimeError(
-                f"{len(pending)} of {len(ready)} actors did not start within {ACTOR_START_TIMEOUT_S:.0f} s; "
-                f"the cluster has {ray.available_resources()} free"
-            )
-        ray.get(ready)
 
     @staticmethod
     def initial_model_path(config: ExperimentConfig) -> Path:
@@ -383,83 +265,13 @@ class Trainer:
         latest = checkpoint.latest(self.run_dir)
         if latest is None:
             raise ConfigError(f"no complete checkpoint in {self.run_dir} to resume from")
-        loop_state = self._learner_get(self.learner.load.remote(str(latest.path), latest.step))
+        loop_state = self.fleet.learner_get(self.learner.load.remote(str(latest.path), latest.step))
         self.step = latest.step
         self._checkpointed_step = latest.step
         self.baseline.load_state_dict(loop_state.get("baseline", {}))
         self.sync.restore(self.step, int(loop_state.get("snapshot_step", 0)), latest.path)
         log.info("resumed from %s (step %d)", latest.path, latest.step)
         return latest.step
-
-    # --- faults ----------------------------------------------------------------------------
-
-    def _recover(self, where: str, err: BaseException) -> None:
-        """Restart every agent and rollout worker that died, with the weights the others hold."""
-        self.restarts += 1
-        limit = self.config.schedule.max_actor_restarts
-        if self.restarts > limit:
-            raise RunAborted(
-                f"{where}: an actor died again ({type(err).__name__}) after {limit} restart(s) "
-                f"(schedule.max_actor_restarts); {self._resume_hint()}"
-            )
-        dead_agents = [i for i, handle in enumerate(self.agents) if not self._alive(handle)]
-        snapshot_dead = self.snapshot is not None and not self._alive(self.snapshot)
-        dead_workers = [i for i, handle in enumerate(self.workers) if not self._alive(handle)]
-        log.warning("%s: actor died (%s); restarting %d agent(s)%s and %d rollout worker(s) "
-                    "(restart %d of at most %d), the lost work is replayed",
-                    where, type(err).__name__, len(dead_agents), " and the snapshot" if snapshot_dead else "",
-                    len(dead_workers), self.restarts, limit)
-        for i in dead_agents:
-            self.agents[i] = self._new_agent(index=i)
-        if snapshot_dead:
-            self.snapshot = self._new_agent(role="snapshot")
-        fresh = [self.agents[i] for i in dead_agents] + ([self.snapshot] if snapshot_dead else [])
-        self._wait_ready(fresh)
-        ray.get(self.sync.reload_calls([self.agents[i] for i in dead_agents], snapshot_dead))
-        for i in dead_workers:
-            self.workers[i] = self._new_worker(i)
-        self._wait_ready([self.workers[i] for i in dead_workers])
-        if dead_agents or snapshot_dead:
-            ray.get([
-                worker.set_agents.remote(self.agents[i % len(self.agents)], self.snapshot)
-                for i, worker in enumerate(self.workers) if i not in dead_workers
-            ])
-        if dead_agents and self._judges():
-            ray.get(self.comparator.set_agents.remote(self._judges()))
-        self._collect_handles()
-
-    def _judges(self) -> list[Any]:
-        """The agent actors the comparator judges with: the policy's when comparison.judge_engine=policy."""
-        comparison = self.config.comparison
-        return list(self.agents) if comparison.agreement == "judge" and comparison.judge_engine == "policy" else []
-
-    @staticmethod
-    def _alive(handle: Any) -> bool:
-        try:
-            ray.get(handle.ready.remote(), timeout=ACTOR_PING_TIMEOUT_S)
-        except GetTimeoutError:
-            return True  # busy, not dead
-        except Exception as err:  # noqa: BLE001
-            if _actor_died(err):
-                return False
-            raise
-        return True
-
-    def _resume_hint(self) -> str:
-        latest = checkpoint.latest(self.run_dir)
-        if latest is None:
-            return "no checkpoint was written yet, so the run must start again"
-        return f"the last complete checkpoint is step {latest.step}: continue with strat train --resume {self.run_dir}"
-
-    def _learner_get(self, ref: Any) -> Any:
-        """The result of a learner call (once every rank has made it); a rank's death ends the run with where to
-        resume from."""
-        try:
-            return self.learner.get(ref)
-        except Exception as err:  # noqa: BLE001
-            if _actor_died(err):
-                raise RunAborted(f"the learner actor died at step {self.step + 1}; {self._resume_hint()}") from None
-            raise
 
     def _comparator_get(self, episodes: list[Episode]) -> list[ScoredEpisode]:
         """Scores from the comparator; its death ends the run after a checkpoint of the last step. An agent
@@ -468,14 +280,14 @@ class Trainer:
             try:
                 return ray.get(self.comparator.score.remote(episodes))
             except Exception as err:  # noqa: BLE001
-                if not _actor_died(err):
+                if not actor_died(err):
                     raise
-                if not (self._judges() and self._alive(self.comparator)):
+                if not (self.fleet.judges() and self.fleet.alive(self.comparator)):
                     break
-                self._recover("comparison", err)
+                self.fleet.recover("comparison", err)
         if self.step > 0 and self._checkpointed_step != self.step:
             self._checkpoint(self.step)
-        raise RunAborted(f"the comparator actor died at step {self.step + 1}; {self._resume_hint()}")
+        raise RunAborted(f"the comparator actor died at step {self.step + 1}; {self.fleet.resume_hint()}")
 
     def _check_nonfinite(self, record: dict[str, Any]) -> None:
         if not record.get("learn/skipped"):
@@ -489,21 +301,18 @@ class Trainer:
             raise RunAborted(
                 f"{self._nonfinite_in_row} updates in a row had a non-finite loss or gradient (up to step "
                 f"{record['step']}; schedule.max_nonfinite_updates={limit}); lower algorithm.lr or check the "
-                f"rewards; {self._resume_hint()}"
+                f"rewards; {self.fleet.resume_hint()}"
             )
 
     # --- one step --------------------------------------------------------------------------
 
-    def _launch_share(self, worker: int, plans: list[GroupPlan], sampling_seed: int) -> _Share:
-        return _Share(worker, plans, sampling_seed, self.workers[worker].run.remote(plans, sampling_seed))
-
     def _launch_rollout(self, step: int) -> None:
         """Start step `step`'s rollout on every worker; groups are split over workers."""
         config = self.config
-        per_worker = self._split(config.algorithm.groups_per_step)
+        per_worker = self.fleet.split(config.algorithm.groups_per_step)
         settings = rollout_settings(config)
         shares = [
-            self._launch_share(index, plan_groups(settings, config.run.seed, step, index, count),
+            self.fleet.launch(index, plan_groups(settings, config.run.seed, step, index, count),
                                derive_seed(config.run.seed, step, index, "sampling"))
             for index, count in enumerate(per_worker) if count > 0
         ]
@@ -522,32 +331,8 @@ class Trainer:
             self._launch_rollout(step)
         _, shares, launched = self._pending
         self._pending = None
-        episodes = self._gather(shares, f"step {step} rollout")
+        episodes = self.fleet.gather(shares, f"step {step} rollout")
         return episodes, time.perf_counter() - launched
-
-    def _gather(self, shares: list[_Share], where: str) -> list[Episode]:
-        """The episodes of `shares` in worker order; a share whose worker or agent died is played again."""
-        done: dict[int, list[Episode]] = {}
-        while shares:
-            failed, error = [], None
-            for share in shares:
-                try:
-                    done[share.worker] = ray.get(share.future)
-                except Exception as err:  # noqa: BLE001
-                    if not _actor_died(err):
-                        raise
-                    failed.append(share)
-                    error = err
-            if not failed:
-                break
-            self._recover(where, error)
-            shares = [self._launch_share(s.worker, s.plans, s.sampling_seed) for s in failed]
-        return [episode for worker in sorted(done) for episode in done[worker]]
-
-    def _split(self, count: int) -> list[int]:
-        """How many of `count` groups each rollout worker plays."""
-        workers = len(self.workers)
-        return [count // workers + (index < count % workers) for index in range(workers)]
 
     def _resample_zero_spread(self, step: int, episodes: list[Episode]) -> tuple[list[Episode], dict[str, float]]:
         """Replace groups with no outcome spread by freshly dealt ones that have some (DAPO's dynamic
@@ -564,11 +349,11 @@ class Trainer:
             if not flat:
                 break
             shares = [
-                self._launch_share(index, plan_groups(settings, config.run.seed, step, index, count, round_index),
+                self.fleet.launch(index, plan_groups(settings, config.run.seed, step, index, count, round_index),
                                    derive_seed(config.run.seed, step, index, "resample", round_index))
-                for index, count in enumerate(self._split(len(flat))) if count > 0
+                for index, count in enumerate(self.fleet.split(len(flat))) if count > 0
             ]
-            fresh = self._gather(shares, f"step {step} resampling")
+            fresh = self.fleet.gather(shares, f"step {step} resampling")
             played += len(flat)
             episodes, swapped = replace_zero_spread_groups(episodes, fresh)
             replaced += swapped
@@ -577,16 +362,6 @@ class Trainer:
             "groups/resample_played": float(played),
             "time/resample_s": time.perf_counter() - started,
         }
-
-    def _on_agents(self, where: str, call: Callable[[], list[Any]]) -> Any:
-        """Run calls on agents/workers (made by `call`), restarting dead ones and calling again."""
-        while True:
-            try:
-                return ray.get(call())
-            except Exception as err:  # noqa: BLE001
-                if not _actor_died(err):
-                    raise
-                self._recover(where, err)
 
     def _train_step(self) -> dict[str, Any]:
         """One step as named phases, each timed as `time/<phase>_s`: rollout -> compare -> advantage -> learn -> sync
@@ -603,7 +378,7 @@ class Trainer:
         with timer.phase("advantage"):
             samples, stats = self._advantages(step, scored)
         with timer.phase("learn"):
-            learn = self._learner_get(self.learner.update.remote(samples))
+            learn = self.fleet.learner_get(self.learner.update.remote(samples))
         self.step = step
         evaluate = _due(step, config.schedule.eval_every)
         self._publish(step, evaluate, timer)
@@ -695,14 +470,14 @@ class Trainer:
         loop_state = {"baseline": self.baseline.state_dict(), "snapshot_step": self.sync.snapshot_step}
         ref = self.learner.save.remote(str(self.run_dir), step, loop_state, self.config.schedule.keep_checkpoints)
         try:
-            path = self._learner_get(ref)
+            path = self.fleet.learner_get(ref)
         except RayTaskError as err:
             cause = getattr(err, "cause", None)
             if not isinstance(cause, OSError):
                 raise
             raise RunAborted(
                 f"checkpoint of step {step} could not be written to {self.run_dir} "
-                f"({cause.strerror or cause}); nothing was half-written over; {self._resume_hint()}"
+                f"({cause.strerror or cause}); nothing was half-written over; {self.fleet.resume_hint()}"
             ) from None
         self._checkpointed_step = step
         log.info("checkpoint written: %s", path)
@@ -712,7 +487,7 @@ class Trainer:
     def _evaluate(self) -> dict[str, Any]:
         config = self.config
         seed = derive_seed(config.run.seed, "eval")
-        returns, wins = self._on_agents(
+        returns, wins = self.fleet.call_agents(
             "evaluation", lambda: self.workers[0].play_vs.remote("random", config.eval.games, seed)
         )
         mean_return, return_ci = mean_interval(returns)
@@ -722,7 +497,7 @@ class Trainer:
             "eval/win_rate_vs_random": sum(wins) / len(wins) if wins else None,
         }
         if exploitable(config.game.name, dict(config.game.options)) and config.eval.samples_per_infoset > 0:
-            estimate = self._on_agents("evaluation", lambda: self.workers[0].exploitability.remote(
+            estimate = self.fleet.call_agents("evaluation", lambda: self.workers[0].exploitability.remote(
                 config.eval.samples_per_infoset, seed, config.eval.bootstrap))
             out["eval/exploitability"] = estimate.value
             out["eval/exploitability_ci"] = [estimate.ci_low, estimate.ci_high]

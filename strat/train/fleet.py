@@ -1,0 +1,278 @@
+"""The run's Ray actors: started and placed, called so that a dead agent or rollout worker is restarted (with the
+weights the others hold) and its lost work replayed, and a dead learner ends the run naming where to resume."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from strat.algorithm.comparison import ComparisonWeights
+from strat.algorithm.records import Episode
+from strat.cluster.placement import cluster_from_ray, needs_placement, reserve
+from strat.cluster.placement import plan as plan_placement
+from strat.config import ExperimentConfig
+from strat.errors import ConfigError, RunAborted
+from strat.model import checkpoint
+from strat.sync.weights import WeightSync
+from strat.train.agent_actor import AgentActor
+from strat.train.comparator_actor import CoTComparator
+from strat.train.learner_actor import LearnerGroup
+from strat.train.rollout import GroupPlan
+from strat.train.rollout_actor import RolloutWorker
+from strat.train.settings import agreement_settings, engine_settings, learner_settings, rollout_settings
+
+log = logging.getLogger("strat.train")
+
+ACTOR_START_TIMEOUT_S = 600.0
+ACTOR_PING_TIMEOUT_S = 60.0
+
+
+def required_resources(config: ExperimentConfig) -> dict[str, float]:
+    """CPUs and GPUs the run's actors ask for together."""
+    res = config.resources
+    snapshot = any(o.kind == "snapshot" for o in config.game.opponents)
+    agents = res.agents + int(snapshot)
+    return {
+        "CPU": agents * res.cpus_per_agent + res.rollout_workers * res.cpus_per_worker
+        + res.learner_world_size * res.cpus_learner + res.cpus_comparator,
+        "GPU": agents * res.gpus_per_agent + res.gpus_learner + res.gpus_comparator,
+    }
+
+
+def check_resources(config: ExperimentConfig, available: dict[str, float]) -> None:
+    """Refuse, before any actor starts, a run the cluster cannot hold."""
+    for kind, needed in required_resources(config).items():
+        have = float(available.get(kind, 0.0))
+        if needed > have + 1e-9:
+            raise ConfigError(
+                f"resources: the actors need {needed:g} {kind} but the Ray cluster has {have:g} "
+                "(lower resources.* or add nodes)"
+            )
+
+
+@dataclass
+class Share:
+    """One worker's part of a rollout: what it plays, with which seed, and its future."""
+
+    worker: int
+    plans: list[GroupPlan]
+    sampling_seed: int
+    future: Any
+
+
+def actor_died(err: BaseException) -> bool:
+    """Whether a Ray error means an actor died (also when the death surfaced inside another task)."""
+    if isinstance(err, RayActorError):
+        return True
+    return isinstance(err, RayTaskError) and isinstance(getattr(err, "cause", None), RayActorError)
+
+
+class Fleet:
+    """The agents (and the snapshot opponent's agent), rollout workers, comparator and learner ranks of one run, and
+    the weight sync between them. `step` says which step a fatal loss happened at (the driver's loop in progress)."""
+
+    def __init__(self, config: ExperimentConfig, run_dir: Path, model_path: str, step: Callable[[], int]) -> None:
+        self.config, self.run_dir, self.model_path = config, run_dir, model_path
+        self._step = step
+        self.restarts = 0
+        """Actors restarted so far in this run."""
+        self.placement = None
+        self._handles: list[Any] = []
+
+    # --- start and stop ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start and place every actor, and the weight sync; returns once all are ready."""
+        config = self.config
+        res = config.resources
+        check_resources(config, ray.cluster_resources())
+        self._engine_settings = engine_settings(config)
+        if needs_placement(config):
+            # One placement group per role; a plan that cannot fit is refused here, before any actor.
+            self.placement = reserve(plan_placement(config, cluster_from_ray(ray.nodes())), ACTOR_START_TIMEOUT_S)
+        # An agent's engine holds all of its tensor-parallel GPUs.
+        self._agent_cls = (AgentActor, {"num_cpus": res.cpus_per_agent,
+                                        "num_gpus": res.gpus_per_agent * config.engine.tensor_parallel_size})
+        self._worker_cls = (RolloutWorker, {"num_cpus": res.cpus_per_worker})
+        self.agents = [self._new_agent(index=i) for i in range(res.agents)]
+        self.snapshot = None
+        if any(o.kind == "snapshot" for o in config.game.opponents):
+            self.snapshot = self._new_agent(role="snapshot")
+        self.workers = [self._new_worker(i) for i in range(res.rollout_workers)]
+        weights = config.comparison.weights
+        self.comparator = CoTComparator.options(
+            num_cpus=res.cpus_comparator, num_gpus=res.gpus_comparator, **self._placed("comparator")
+        ).remote(ComparisonWeights(weights.predict, weights.belief, weights.agreement), agreement_settings(config),
+                 self.judges())
+        # One handle for all learner ranks (data-parallel FSDP2 when there are several).
+        self.learner = LearnerGroup.start(
+            self.model_path, learner_settings(config), res.learner_world_size,
+            lambda rank: {"num_cpus": res.cpus_learner, "num_gpus": res.gpus_per_learner_rank,
+                          **self._placed("learner", rank)},
+            ACTOR_START_TIMEOUT_S,
+        )
+        self.sync = WeightSync(config, self.run_dir, self.learner, lambda: self.agents, lambda: self.snapshot,
+                               self.learner_get, self.call_agents)
+        self._collect_handles()
+        self._wait_ready(self._handles)
+        log.info("actors ready: %d agent(s), %d rollout worker(s), comparator, learner (%d rank(s))",
+                 len(self.agents), len(self.workers), len(self.learner.ranks))
+
+    def stop(self) -> None:
+        """Kill every actor and give the placement groups back."""
+        for handle in self._handles:
+            ray.kill(handle)
+        self._handles = []
+        if self.placement is not None:
+            self.placement.remove()
+            self.placement = None
+
+    def _placed(self, role: str, index: int = 0) -> dict[str, Any]:
+        """The actor's bundle in its role's placement group (nothing on a CPU-only run). A restarted
+        actor takes the bundle its predecessor freed."""
+        return {} if self.placement is None else {"scheduling_strategy": self.placement.strategy(role, index)}
+
+    def _new_agent(self, index: int = 0, role: str = "agent") -> Any:
+        cls, options = self._agent_cls
+        return cls.options(**options, **self._placed(role, index)).remote(
+            self.config.engine.backend, self.model_path, self._engine_settings
+        )
+
+    def _new_worker(self, index: int) -> Any:
+        agent = self.agents[index % len(self.agents)]
+        cls, options = self._worker_cls
+        return cls.options(**options, **self._placed("rollout_worker", index)).remote(
+            rollout_settings(self.config), self.model_path, agent, self.snapshot
+        )
+
+    def _collect_handles(self) -> None:
+        self._handles = [*self.agents, *self.workers, self.comparator, *self.learner.ranks]
+        if self.snapshot is not None:
+            self._handles.append(self.snapshot)
+
+    @staticmethod
+    def _wait_ready(handles: list[Any]) -> None:
+        ready = [h.ready.remote() for h in handles]
+        _, pending = ray.wait(ready, num_returns=len(ready), timeout=ACTOR_START_TIMEOUT_S)
+        if pending:
+            raise RuntimeError(
+                f"{len(pending)} of {len(ready)} actors did not start within {ACTOR_START_TIMEOUT_S:.0f} s; "
+                f"the cluster has {ray.available_resources()} free"
+            )
+        ray.get(ready)
+
+    def judges(self) -> list[Any]:
+        """The agent actors the comparator judges with: the policy's when comparison.judge_engine=policy."""
+        comparison = self.config.comparison
+        return list(self.agents) if comparison.agreement == "judge" and comparison.judge_engine == "policy" else []
+
+    # --- calls that survive faults -----------------------------------------------------------
+
+    def call_agents(self, where: str, call: Callable[[], list[Any]]) -> Any:
+        """Run calls on agents/workers (made by `call`), restarting dead ones and calling again."""
+        while True:
+            try:
+                return ray.get(call())
+            except Exception as err:  # noqa: BLE001
+                if not actor_died(err):
+                    raise
+                self.recover(where, err)
+
+    def launch(self, worker: int, plans: list[GroupPlan], sampling_seed: int) -> Share:
+        """Start rollout worker `worker` on `plans`."""
+        return Share(worker, plans, sampling_seed, self.workers[worker].run.remote(plans, sampling_seed))
+
+    def gather(self, shares: list[Share], where: str) -> list[Episode]:
+        """The episodes of `shares` in worker order; a share whose worker or agent died is played again."""
+        done: dict[int, list[Episode]] = {}
+        while shares:
+            failed, error = [], None
+            for share in shares:
+                try:
+                    done[share.worker] = ray.get(share.future)
+                except Exception as err:  # noqa: BLE001
+                    if not actor_died(err):
+                        raise
+                    failed.append(share)
+                    error = err
+            if not failed:
+                break
+            self.recover(where, error)
+            shares = [self.launch(s.worker, s.plans, s.sampling_seed) for s in failed]
+        return [episode for worker in sorted(done) for episode in done[worker]]
+
+    def split(self, count: int) -> list[int]:
+        """How many of `count` groups each rollout worker plays."""
+        workers = len(self.workers)
+        return [count // workers + (index < count % workers) for index in range(workers)]
+
+    def learner_get(self, ref: Any) -> Any:
+        """The result of a learner call (once every rank has made it); a rank's death ends the run with where to
+        resume from."""
+        try:
+            return self.learner.get(ref)
+        except Exception as err:  # noqa: BLE001
+            if actor_died(err):
+                raise RunAborted(f"the learner actor died at step {self._step() + 1}; {self.resume_hint()}") from None
+            raise
+
+    def recover(self, where: str, err: BaseException) -> None:
+        """Restart every agent and rollout worker that died, with the weights the others hold."""
+        self.restarts += 1
+        limit = self.config.schedule.max_actor_restarts
+        if self.restarts > limit:
+            raise RunAborted(
+                f"{where}: an actor died again ({type(err).__name__}) after {limit} restart(s) "
+                f"(schedule.max_actor_restarts); {self.resume_hint()}"
+            )
+        dead_agents = [i for i, handle in enumerate(self.agents) if not self.alive(handle)]
+        snapshot_dead = self.snapshot is not None and not self.alive(self.snapshot)
+        dead_workers = [i for i, handle in enumerate(self.workers) if not self.alive(handle)]
+        log.warning("%s: actor died (%s); restarting %d agent(s)%s and %d rollout worker(s) "
+                    "(restart %d of at most %d), the lost work is replayed",
+                    where, type(err).__name__, len(dead_agents), " and the snapshot" if snapshot_dead else "",
+                    len(dead_workers), self.restarts, limit)
+        for i in dead_agents:
+            self.agents[i] = self._new_agent(index=i)
+        if snapshot_dead:
+            self.snapshot = self._new_agent(role="snapshot")
+        fresh = [self.agents[i] for i in dead_agents] + ([self.snapshot] if snapshot_dead else [])
+        self._wait_ready(fresh)
+        ray.get(self.sync.reload_calls([self.agents[i] for i in dead_agents], snapshot_dead))
+        for i in dead_workers:
+            self.workers[i] = self._new_worker(i)
+        self._wait_ready([self.workers[i] for i in dead_workers])
+        if dead_agents or snapshot_dead:
+            ray.get([
+                worker.set_agents.remote(self.agents[i % len(self.agents)], self.snapshot)
+                for i, worker in enumerate(self.workers) if i not in dead_workers
+            ])
+        if dead_agents and self.judges():
+            ray.get(self.comparator.set_agents.remote(self.judges()))
+        self._collect_handles()
+
+    @staticmethod
+    def alive(handle: Any) -> bool:
+        """Whether the actor answers (a busy one counts as alive)."""
+        try:
+            ray.get(handle.ready.remote(), timeout=ACTOR_PING_TIMEOUT_S)
+        except GetTimeoutError:
+            return True  # busy, not dead
+        except Exception as err:  # noqa: BLE001
+            if actor_died(err):
+                return False
+            raise
+        return True
+
+    def resume_hint(self) -> str:
+        """Where a stopped run continues from, for the message that stops it."""
+        latest = checkpoint.latest(self.run_dir)
+        if latest is None:
+            return "no checkpoint was written yet, so the run must start again"
+        return f"the last complete checkpoint is step {latest.step}: continue with strat train --resume {self.run_dir}"
