@@ -34,7 +34,7 @@ Extra = Literal["cpu", "gpu", "none"]
 # the trainer's own `ray.init(runtime_env=...)` repeat env vars of the job's runtime_env (Ray refuses
 # a job/driver env-var overlap otherwise).
 DEFAULT_JOB_ENV = {"HF_HUB_OFFLINE": "1", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
-SECRET_ENV_KEYS = frozenset({"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
+SECRET_ENV_KEYS = frozenset({"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY"})
 WORKING_DIR_EXCLUDES = [".git", ".venv", "runs", "models", "**/__pycache__", "*.egg-info"]
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import ray
+import torch
+from transformers import AutoModel, AutoTokenizer
 
 from strat.algorithm.comparison import AgreementPair, ComparisonWeights, judge_messages
 from strat.algorithm.records import NO_SCORE
@@ -67,7 +69,18 @@ def test_embedding_agreement_is_one_for_identical_texts_and_symmetric(tiny_model
         AgreementPair("e", 2, "kuhn_poker", b, a),
     ])
     assert same == pytest.approx(1.0, abs=1e-5)
-    assert forth == pytest.approx(back, abs=1e-6) and 0.0 <= forth <= 1.0
+    assert forth == pytest.approx(back, abs=1e-6)
+    # The independent reference: each text alone through transformers, its last hidden states averaged and
+    # normalised, and the cosine of the two clipped to [0, 1].
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModel.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        a_vec, b_vec = (
+            torch.nn.functional.normalize(model(**tokenizer(text, return_tensors="pt")).last_hidden_state[0].mean(0),
+                                          dim=0)
+            for text in (a, b)
+        )
+    assert forth == pytest.approx(min(1.0, max(0.0, float(a_vec @ b_vec))), abs=1e-5)
 
 
 def test_trainer_builds_the_judge_like_the_agents_on_one_device(tiny_model_dir: Path) -> None:

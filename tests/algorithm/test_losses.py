@@ -35,6 +35,14 @@ def _grad(loss: torch.Tensor, leaf: torch.Tensor) -> list[float]:
     return leaf.grad[0].tolist()
 
 
+def test_seq_mean_leaves_a_fully_masked_row_out_of_the_mean() -> None:
+    # Row 0: tokens 2 and 4 (mean 3); row 1: no token at all (a padded sample); row 2: token 7 (mean 7).
+    values = torch.tensor([[2.0, 4.0, 9.0], [5.0, 5.0, 5.0], [7.0, 1.0, 1.0]])
+    mask = torch.tensor([[True, True, False], [False, False, False], [True, False, False]])
+    assert aggregate(values, mask, "seq_mean").item() == 5.0  # (3 + 7) / 2, not / 3 and not counting row 1's 5s
+    assert aggregate(values, mask, "token_mean").item() == pytest.approx(13 / 3)  # (2 + 4 + 7) / 3
+
+
 def test_aggregate_token_mean_and_seq_mean() -> None:
     values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 99.0, float("nan")]])
     mask = torch.tensor([[True, True, True], [True, False, False]])

@@ -72,12 +72,6 @@ def test_submit_follow_exits_1_when_the_job_fails(ray_head, strat_main, tmp_path
     assert ": FAILED" in printed
 
 
-def test_exit_codes_of_job_statuses() -> None:
-    from strat.cluster.jobs import exit_code
-
-    assert [exit_code(s) for s in ("SUCCEEDED", "FAILED", "STOPPED", "PENDING")] == [0, 1, 3, 1]
-
-
 @pytest.mark.slow
 def test_reserve_places_actors_in_their_bundles(ray_head, monkeypatch) -> None:
     import ray
