@@ -17,6 +17,16 @@ from games.openspiel_env import OptionValue, load_game
 ITERATIONS = {"kuhn_poker": 1000, "leduc_poker": 300}
 """CFR+ iterations per game: Kuhn reaches exploitability ~1e-4, Leduc ~2e-3."""
 GAMES = frozenset(ITERATIONS)
+MAX_PLAYERS = {"kuhn_poker": 4, "leduc_poker": 2}
+"""Most players CFR+ is run for: four-player Kuhn takes ~7 s here, three-player Leduc far too long. With more than two
+players the CFR+ average is a strong fixed policy, not a guaranteed Nash equilibrium."""
+
+
+def available(game: str, **options: OptionValue) -> bool:
+    """Whether an equilibrium player exists for `game` with `options` (its player count)."""
+    if game not in GAMES:
+        return False
+    return load_game(game, options).num_players() <= MAX_PLAYERS[game]
 
 PolicyTable = dict[str, dict[int, float]]
 
@@ -47,6 +57,8 @@ def policy_table(game: str, **options: OptionValue) -> PolicyTable:
     """CFR+ average policy of `game`: information-state string -> {action: probability}."""
     if game not in GAMES:
         raise ValueError(f"no equilibrium for game {game!r}; available for: {sorted(GAMES)}")
+    if not available(game, **options):
+        raise ValueError(f"no equilibrium for {game} with more than {MAX_PLAYERS[game]} players (CFR+ too large here)")
     return _policy_table(game, tuple(sorted(options.items())))
 
 

@@ -71,11 +71,12 @@ def _availability() -> dict[str, frozenset[str]]:
     }
 
 
-def opponent_names(game: str) -> list[str]:
-    """Names of the opponents available for `game`."""
+def opponent_names(game: str, **options: int | float | str | bool) -> list[str]:
+    """Names of the opponents available for `game` with its `options` (e.g. players=3: no Leduc equilibrium)."""
     if game not in game_names():
         raise ValueError(f"unknown game {game!r}; allowed games: {game_names()}")
-    return [name for name, games in _availability().items() if game in games]
+    return [name for name, games in _availability().items()
+            if game in games and (name != "equilibrium" or equilibrium.available(game, **options))]
 
 
 def make_opponent(
@@ -85,11 +86,10 @@ def make_opponent(
     availability = _availability()
     if name not in availability:
         raise ValueError(f"unknown opponent {name!r}; allowed opponents: {sorted(availability)}")
-    if game not in availability[name]:
-        raise ValueError(
-            f"opponent {name!r} is not available for game {game!r}; "
-            f"opponents for {game!r}: {opponent_names(game)}"
-        )
+    allowed = opponent_names(game, **options)
+    if name not in allowed:
+        described = f"{game!r} with {options}" if options else repr(game)
+        raise ValueError(f"opponent {name!r} is not available for game {described}; opponents for it: {allowed}")
     if name == "random":
         return RandomOpponent(seed)
     if name == "heuristic":

@@ -79,8 +79,8 @@ def eval_command(
         if contenders:
             report, shown = head_to_head(loaded, games_per_opponent, seed, bootstrap, transcripts)
         else:
-            chosen = _split(opponents) or opponent_names(first.game)
-            allowed = opponent_names(first.game)
+            allowed = opponent_names(first.game, **first.game_options)
+            chosen = _split(opponents) or allowed
             unknown = [name for name in chosen if name not in allowed]
             if unknown:
                 raise ConfigError(

@@ -236,7 +236,7 @@ def load_policy(
                 f"--policy={spec!r}: a scripted policy needs --game (allowed: {', '.join(games.names())})"
             )
         _check_game(game)
-        allowed = opponent_names(game)
+        allowed = opponent_names(game, **(game_options or {}))
         if spec not in allowed:
             raise ConfigError(
                 f"--policy={spec!r}: not a checkpoint or run directory, nor a scripted policy for {game} "

@@ -188,7 +188,8 @@ class RolloutRunner:
             scripted = None
             if plan.opponent.kind == "scripted":
                 scripted = make_opponent(
-                    plan.opponent.name or "random", settings.game, seed=derive_seed(plan.seed, member, "opponent") % (2**31)
+                    plan.opponent.name or "random", settings.game,
+                    seed=derive_seed(plan.seed, member, "opponent") % (2**31), **settings.game_options,
                 )
             started.append(
                 _Game(
