@@ -448,6 +448,10 @@ class EvalConfig(_Section):
     """Samples of the policy per information set for exploitability (poker games; 0 disables)."""
     bootstrap: int = Field(200, ge=0)
     """Bootstrap replicates for the exploitability interval."""
+    held_out: list[str] | None = None
+    """Scripted opponents the policy never trains against, played (eval.games each) at the first and the last
+    evaluation only, besides random at every one. Unset: the game's heuristic player, plus its equilibrium player
+    where one exists for the player count; [] for none. Each must differ from every trained-against opponent."""
 
 
 class LoggingConfig(_Section):
@@ -575,22 +579,23 @@ def _cross_check(config: ExperimentConfig) -> None:
     """Checks that span sections; each error names its key."""
     if not config.game.opponents:
         raise ConfigError("game.opponents: at least one opponent is needed")
-    allowed = opponent_names(config.game.name)
-    for index, opponent in enumerate(config.game.opponents):
-        if opponent.kind == "scripted" and opponent.name not in allowed:
-            raise ConfigError(
-                f"game.opponents.{index}.name={opponent.name!r}: not available for {config.game.name}"
-                f" (allowed: {', '.join(allowed)})"
-            )
-    if config.warm_start.enabled and config.warm_start.player not in allowed:
-        raise ConfigError(
-            f"warm_start.player={config.warm_start.player!r}: not available for {config.game.name}"
-            f" (allowed: {', '.join(p for p in allowed if p in WEAK_PLAYERS)})"
-        )
     try:
         spec = games.spec(config.game.name, **config.game.options)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"game.options={config.game.options!r}: {err}") from None
+    game = config.game.name + (f" with {config.game.options}" if config.game.options else "")
+    allowed = opponent_names(config.game.name, **config.game.options)
+    for index, opponent in enumerate(config.game.opponents):
+        if opponent.kind == "scripted" and opponent.name not in allowed:
+            raise ConfigError(
+                f"game.opponents.{index}.name={opponent.name!r}: not available for {game} (allowed: {', '.join(allowed)})"
+            )
+    if config.warm_start.enabled and config.warm_start.player not in allowed:
+        raise ConfigError(
+            f"warm_start.player={config.warm_start.player!r}: not available for {game}"
+            f" (allowed: {', '.join(p for p in allowed if p in WEAK_PLAYERS)})"
+        )
+    _check_held_out(config, game, allowed)
     try:
         validate_format_penalty(config.algorithm.format_penalty, spec.return_range)
     except ValueError as err:
@@ -619,6 +624,33 @@ def _cross_check(config: ExperimentConfig) -> None:
         )
     _check_learner_ranks(config.resources)
     _check_comparison(config.comparison)
+
+
+def held_out_opponents(config: ExperimentConfig) -> list[str]:
+    """The held-out evaluation opponents: `eval.held_out` as given, or by default the game's heuristic and (where
+    one exists for the player count) equilibrium players, less any the policy trains against or imitates."""
+    if config.eval.held_out is not None:
+        return list(config.eval.held_out)
+    allowed = opponent_names(config.game.name, **config.game.options)
+    seen = _seen_opponents(config)
+    return [name for name in ("heuristic", "equilibrium") if name in allowed and name not in seen]
+
+
+def _seen_opponents(config: ExperimentConfig) -> set[str]:
+    """Scripted players the policy trains against, and the warm start's player."""
+    seen = {o.name for o in config.game.opponents if o.kind == "scripted" and o.name}
+    return seen | ({config.warm_start.player} if config.warm_start.enabled else set())
+
+
+def _check_held_out(config: ExperimentConfig, game: str, allowed: list[str]) -> None:
+    """Held-out opponents exist for the game and are really held out: neither trained against nor imitated."""
+    seen = _seen_opponents(config)
+    for name in config.eval.held_out or []:
+        if name not in allowed:
+            raise ConfigError(f"eval.held_out: {name!r} not available for {game} (allowed: {', '.join(allowed)})")
+        if name in seen:
+            raise ConfigError(f"eval.held_out: {name!r} is trained against (game.opponents) or imitated"
+                              " (warm_start.player), so it is not held out")
 
 
 def _check_learner_ranks(resources: ResourcesConfig) -> None:

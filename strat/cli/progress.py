@@ -28,6 +28,12 @@ def _fmt(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def _held_out_keys(record: dict[str, Any]) -> list[str]:
+    """`eval/return_vs_<name>` keys of the held-out opponents (all but random) in `record`."""
+    return [key for key in record if key.startswith("eval/return_vs_") and not key.endswith("_ci")
+            and key != "eval/return_vs_random"]
+
+
 class TrainProgress:
     """A rich progress bar updated once per step with the key figures."""
 
@@ -49,7 +55,8 @@ class TrainProgress:
 
     def update(self, record: dict[str, Any]) -> None:
         self._last.update({k: v for k, v in record.items() if v is not None})
-        figures = "  ".join(f"{label} {_fmt(self._last.get(key))}" for key, label in _SHOWN)
+        shown = [*_SHOWN, *((key, "vs " + key.removeprefix("eval/return_vs_")) for key in _held_out_keys(self._last))]
+        figures = "  ".join(f"{label} {_fmt(self._last.get(key))}" for key, label in shown)
         if self._task is None:
             self._task = self._progress.add_task("train", total=None, figures=figures)
         self._progress.update(self._task, completed=record["step"], figures=figures)
@@ -72,13 +79,14 @@ class TrainProgress:
         table.add_column("measure")
         table.add_column("before (step %s)" % (evals[0]["step"] if evals else "-"))
         table.add_column("after (step %s)" % (evals[-1]["step"] if evals else "-"))
-        rows = (
-            ("return vs random", "eval/return_vs_random", "eval/return_vs_random_ci"),
-            ("win rate vs random", "eval/win_rate_vs_random", None),
+        opponents = ["random", *(k.removeprefix("eval/return_vs_") for k in _held_out_keys(evals[0] if evals else {}))]
+        rows = [
+            *((f"return vs {name}", f"eval/return_vs_{name}", f"eval/return_vs_{name}_ci") for name in opponents),
+            *((f"win rate vs {name}", f"eval/win_rate_vs_{name}", None) for name in opponents),
             ("exploitability", "eval/exploitability", "eval/exploitability_ci"),
-        )
+        ]
         for label, key, ci in rows:
-            if evals and key in evals[0]:
+            if evals and (key in evals[0] or key in evals[-1]):
                 table.add_row(label, *(self._with_ci(r, key, ci) for r in (evals[0], evals[-1])))
         train_rows = [r for r in records if r.get("step", 0) > 0]
         if train_rows:

@@ -25,7 +25,7 @@ from strat.algorithm.advantage import (
     zero_spread_group_ids,
 )
 from strat.algorithm.records import Episode, ScoredEpisode
-from strat.config import ExperimentConfig, load_config, save_resolved
+from strat.config import ExperimentConfig, held_out_opponents, load_config, save_resolved
 from strat.errors import ConfigError, RunAborted
 from strat.eval.exploitability import exploitable
 from strat.eval.stats import mean_interval
@@ -155,7 +155,7 @@ class Trainer:
             self.ledger = EpisodeLedger(self.run_dir, resume_step)
             records = []
             if self.step == 0 and self.config.schedule.eval_every > 0 and self.stop_signal is None:
-                records.append(self._log({"step": 0, **self._evaluate()}, on_step))
+                records.append(self._log({"step": 0, **self._evaluate(held_out=True)}, on_step))
             while self.step < self.config.schedule.steps and self.stop_signal is None:
                 record = self._train_step()
                 records.append(self._log(record, on_step))
@@ -380,7 +380,8 @@ class Trainer:
         with timer.phase("learn"):
             learn = self.fleet.learner_get(self.learner.update.remote(samples))
         self.step = step
-        evaluate = _due(step, config.schedule.eval_every)
+        last = step == config.schedule.steps
+        evaluate = config.schedule.eval_every > 0 and (_due(step, config.schedule.eval_every) or last)
         self._publish(step, evaluate, timer)
         record: dict[str, Any] = {
             "step": step, **episode_metrics(scored), **advantage_metrics(stats), **resampling, **learn
@@ -388,7 +389,7 @@ class Trainer:
         record.setdefault("loss/kl", 0.0)
         if evaluate:
             with timer.phase("eval"):
-                record.update(self._evaluate())
+                record.update(self._evaluate(held_out=last))
         if _due(step, config.logging.samples_every):
             self._write_samples(step, scored[: min(4, len(scored))])
         every = config.schedule.checkpoint_every
@@ -484,18 +485,20 @@ class Trainer:
 
     # --- evaluation ------------------------------------------------------------------------
 
-    def _evaluate(self) -> dict[str, Any]:
+    def _evaluate(self, held_out: bool) -> dict[str, Any]:
+        """Games against random at every evaluation, against the held-out opponents (`held_out_opponents`) at the
+        first and the last, and the exploitability where the game and its player count allow it."""
         config = self.config
         seed = derive_seed(config.run.seed, "eval")
-        returns, wins = self.fleet.call_agents(
-            "evaluation", lambda: self.workers[0].play_vs.remote("random", config.eval.games, seed)
-        )
-        mean_return, return_ci = mean_interval(returns)
-        out: dict[str, Any] = {
-            "eval/return_vs_random": mean_return,
-            "eval/return_vs_random_ci": return_ci,
-            "eval/win_rate_vs_random": sum(wins) / len(wins) if wins else None,
-        }
+        out: dict[str, Any] = {}
+        for opponent in ["random", *(held_out_opponents(config) if held_out else [])]:
+            returns, wins = self.fleet.call_agents(
+                "evaluation", lambda name=opponent: self.workers[0].play_vs.remote(name, config.eval.games, seed)
+            )
+            mean_return, return_ci = mean_interval(returns)
+            out[f"eval/return_vs_{opponent}"] = mean_return
+            out[f"eval/return_vs_{opponent}_ci"] = return_ci
+            out[f"eval/win_rate_vs_{opponent}"] = sum(wins) / len(wins) if wins else None
         if exploitable(config.game.name, dict(config.game.options)) and config.eval.samples_per_infoset > 0:
             estimate = self.fleet.call_agents("evaluation", lambda: self.workers[0].exploitability.remote(
                 config.eval.samples_per_infoset, seed, config.eval.bootstrap))

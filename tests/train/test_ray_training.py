@@ -67,6 +67,13 @@ def test_loop_runs_and_writes_outputs(
             assert 0 <= record["groups/resampled"] <= record["groups/resample_played"]
     assert "eval/exploitability" in records[0] and "eval/exploitability_ci" in records[2]
     assert "eval/win_rate_vs_random" in records[2]
+    # Held-out opponents (by default the heuristic and equilibrium players, never trained against) at the first and
+    # the last evaluation only; the last step is evaluated even when eval_every does not divide it.
+    for opponent in ("heuristic", "equilibrium"):
+        assert f"eval/return_vs_{opponent}" in records[0] and f"eval/return_vs_{opponent}" in records[-1]
+        assert 0.0 <= records[-1][f"eval/win_rate_vs_{opponent}"] <= 1.0
+        assert all(f"eval/return_vs_{opponent}" not in r for r in records[1:-1])
+    assert "eval/return_vs_random" in records[-1]
     run_dir = config.run_dir
     assert [r["step"] for r in metrics.read(run_dir)] == list(range(steps + 1))
     assert (run_dir / "config.yaml").is_file()
