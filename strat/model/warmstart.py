@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 Messages = list[dict[str, str]]
 Example = tuple[Messages, str]
 """(prompt messages, templated response) for one decision."""
+GameOptions = tuple[tuple[str, int | float | str | bool], ...]
+"""A game's options as sorted (key, value) pairs: hashable, and part of the warm start's cache key."""
 
 IGNORE_INDEX = -100
 """Label of positions that get no loss (prompt and padding), as torch's cross-entropy expects."""
@@ -186,19 +188,22 @@ def _check_player(player: str) -> None:
         raise ValueError(f"warm-start player {player!r} is not allowed (allowed: {', '.join(WEAK_PLAYERS)})")
 
 
-def transcripts(game: str, depth: int, episodes: int, seed: int, player: str = "random") -> list[Example]:
-    """(prompt messages, templated response) at every decision of `episodes` games of weak scripted self-play.
+def transcripts(
+    game: str, depth: int, episodes: int, seed: int, player: str = "random", options: GameOptions = ()
+) -> list[Example]:
+    """(prompt messages, templated response) at every decision of `episodes` games of weak scripted self-play of
+    `game` with its `options` (e.g. (("players", 3),)).
 
     Deterministic for a seed: deals, the players' choices and the template phrasing each have their own seeded stream.
     """
     _check_player(player)
-    env = games.make(game)
+    env = games.make(game, **dict(options))
     phrasing = random.Random(seed)
     examples: list[Example] = []
     for episode in range(episodes):
         env.reset(seed=seed * 1_000_003 + episode)
         players = {
-            agent: make_opponent(player, game, seed=(seed * 1_000_003 + episode) * 16 + seat)
+            agent: make_opponent(player, game, seed=(seed * 1_000_003 + episode) * 16 + seat, **dict(options))
             for seat, agent in enumerate(env.possible_agents)
         }
         while not env.pyspiel_state.is_terminal():
@@ -233,6 +238,8 @@ class WarmStartSettings:
     """Reasoning depth of the prompts and responses."""
     player: str = "random"
     """The scripted player in every seat: one of WEAK_PLAYERS."""
+    game_options: GameOptions = ()
+    """The game's options as sorted (key, value) pairs, e.g. (("players", 3),); the transcripts are of that game."""
 
     def __post_init__(self) -> None:
         _check_player(self.player)
@@ -407,7 +414,8 @@ def _fit(
 def warm_start(model_dir: Path, out_dir: Path, game: str, settings: WarmStartSettings) -> dict[str, float]:
     """Fine-tune the model in `model_dir` on templated transcripts of `game` (loss on response tokens only) and save it
     to `out_dir` atomically; returns examples, steps, first/final loss, stopped_early (0/1) and seconds."""
-    examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player)
+    examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player,
+                           settings.game_options)
     return _train(Path(model_dir), Path(out_dir), game, settings, examples)
 
 
@@ -422,7 +430,10 @@ def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples
             digest.update(path.name.encode())
             digest.update(path.read_bytes())
     text = hashlib.sha256(json.dumps(examples).encode()).hexdigest()
-    payload = {"version": WARM_VERSION, "game": game, "settings": asdict(settings), "transcripts": text}
+    fields = asdict(settings)
+    if not settings.game_options:  # keys of runs without options stay what they were before options existed
+        del fields["game_options"]
+    payload = {"version": WARM_VERSION, "game": game, "settings": fields, "transcripts": text}
     digest.update(json.dumps(payload, sort_keys=True).encode())
     return digest.hexdigest()[:16]
 
@@ -430,7 +441,8 @@ def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples
 def ensure_warm(model_dir: Path, game: str, settings: WarmStartSettings) -> Path:
     """The cached warm-started copy of `model_dir`, trained on first use; safe when several processes race."""
     model_dir = Path(model_dir)
-    examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player)
+    examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player,
+                           settings.game_options)
     target = cache_dir() / "warm" / f"{game}-{_cache_key(model_dir, game, settings, examples)}"
     return build_once(target, lambda out: _train(model_dir, out, game, settings, examples))
 

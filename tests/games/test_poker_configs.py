@@ -1,0 +1,107 @@
+"""The shipped Leduc hold'em and three-player Kuhn configs: `strat check` accepts them, and two in-process training
+steps run on each (rollout -> comparison -> advantages -> update, hf engine, no Ray), from a short warm start of the
+config's own player, with moves parsed from the policy's responses (not all fallbacks) and transcripts written."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from games.opponents import make_opponent
+from strat import cli
+from strat.algorithm.advantage import compute_advantages
+from strat.algorithm.comparison import ComparisonWeights, score_episodes
+from strat.config import ExperimentConfig, load_config
+from strat.engines import build_engine
+from strat.engines.base import Generation, SamplingParams
+from strat.model.warmstart import ensure_warm
+from strat.train.learner import PolicyLearner
+from strat.train.rollout import RolloutRunner, plan_groups
+from strat.train.settings import (
+    advantage_config,
+    base_model_path,
+    learner_settings,
+    rollout_settings,
+    warm_start_settings,
+)
+from strat.train.transcripts import render_transcripts
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+# A short warm start of the configs' own player at depth 1 (shorter responses, learnt from fewer examples) and a
+# small step, so that each test stays short.
+SMOKE = [
+    "engine.backend=hf", "warm_start.episodes=120", "warm_start.epochs=2",
+    "algorithm.group_size=2", "algorithm.groups_per_step=3", "reasoning.max_new_tokens=128", "reasoning.depth=1",
+]
+
+
+@pytest.mark.parametrize("name", ["leduc_poker_tiny", "kuhn_poker_3p_tiny"])
+def test_strat_check_accepts_the_config(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", str(CONFIGS / f"{name}.yaml")]) == 0
+    assert "held_out: null" in capsys.readouterr().out
+
+
+def _two_steps(config: ExperimentConfig, out: Path) -> tuple[list[dict[str, float]], int, int]:
+    """Two steps as the trainer runs them, in-process; returns the learner's figures, valid and all decisions."""
+    model_dir = ensure_warm(base_model_path(config), config.game.name, warm_start_settings(config))
+    settings = rollout_settings(config)
+    learner = PolicyLearner(model_dir, learner_settings(config))
+    figures, valid, decisions = [], 0, 0
+    with build_engine("hf", model_dir) as engine:
+        for step in (1, 2):
+            runner = RolloutRunner(settings, engine.encode_chat, engine.generate, snapshot=engine.generate)
+            plans = plan_groups(settings, config.run.seed, step, 0, config.algorithm.groups_per_step)
+            episodes = runner.run(plans, step)
+            turns = [turn for episode in episodes for turn in episode.turns if turn.response is not None]
+            decisions += len(turns)
+            valid += sum(turn.valid for turn in turns)
+            scored = score_episodes(episodes, ComparisonWeights())
+            samples, _ = compute_advantages(scored, advantage_config(config))
+            figures.append(learner.update(samples))
+            engine.load_weights_dir(learner.export_weights_dir(out / "weights"))
+            (out / f"step_{step}.md").write_text(render_transcripts(scored, step))
+    return figures, valid, decisions
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["leduc_poker_tiny", "kuhn_poker_3p_tiny"])
+def test_two_training_steps(name: str, tmp_path: Path) -> None:
+    config = load_config(CONFIGS / f"{name}.yaml", [*SMOKE, f"run.output_dir={tmp_path}"])
+    figures, valid, decisions = _two_steps(config, tmp_path)
+    assert decisions > 0 and valid > 0, "every move was a fallback: the policy's responses were never parsed"
+    for step, figure in enumerate(figures, start=1):
+        assert figure["learn/samples"] > 0 and math.isfinite(figure["loss/policy"])
+        text = (tmp_path / f"step_{step}.md").read_text()
+        assert text.startswith(f"# Sampled games at step {step}") and "(valid)" in text
+
+
+@pytest.mark.parametrize("opponent", ["random", "heuristic", "contrarian", "timid", "equilibrium"])
+def test_three_player_kuhn_with_every_scripted_opponent(opponent: str) -> None:
+    """Three-player rollouts against each scripted player: the opponent is made with the game's options (the
+    equilibrium player of two-player Kuhn cannot play three), and every seat's chips add up to zero."""
+    config = load_config(CONFIGS / "kuhn_poker_3p_tiny.yaml", [
+        "engine.backend=hf", "algorithm.group_size=2", "algorithm.groups_per_step=2",
+        f"game.opponents=[{{kind: scripted, name: {opponent}}}]",
+    ])
+    settings = rollout_settings(config)
+    runner = RolloutRunner(settings, lambda messages: [0], _always_bet)
+    episodes = runner.run(plan_groups(settings, 0, 1, 0, 2), 1)
+    assert len(episodes) == 4
+    for episode in episodes:
+        assert len(episode.returns) == 3 and math.isclose(sum(episode.returns.values()), 0.0, abs_tol=1e-9)
+        assert all(turn.valid for turn in episode.turns if turn.response is not None)
+        assert {turn.agent for turn in episode.turns if turn.response is None} - set(episode.ego_agents)
+
+
+def _always_bet(prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    """A stand-in policy whose every response is well-formed and bets."""
+    text = ("<past>My private information: Jack.\nbelief: Queen</past><their_view>They see a bet.</their_view>"
+            "<plan>Bet.</plan><predict>pass</predict><action>bet</action>")
+    return [Generation(tuple(prompt), (1,), (-0.5,), text, "stop") for prompt in prompts]
+
+
+def test_equilibrium_is_refused_where_it_cannot_be_computed() -> None:
+    with pytest.raises(ValueError, match="not available for game 'leduc_poker' with"):
+        make_opponent("equilibrium", "leduc_poker", players=3)
