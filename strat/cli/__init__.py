@@ -3,6 +3,7 @@
 - `train.py`: check, config-reference, init-model, sft, train
 - `eval.py`: eval
 - `play.py`: play
+- `results.py`: results summarize, results table
 - `bench.py`: bench
 - `cluster.py`: plan, submit, jobs
 - `app.py`: the Typer app and `main`, which prints user errors as one line with an exit status
@@ -15,6 +16,7 @@ from strat.cli.bench import bench
 from strat.cli.cluster import jobs_command, plan_command, submit_command
 from strat.cli.eval import eval_command
 from strat.cli.play import play
+from strat.cli.results import results_app
 from strat.cli.train import check, config_reference, init_model, sft, train
 
 app.command()(check)
@@ -28,5 +30,6 @@ app.command()(bench)
 app.command("plan")(plan_command)
 app.command("submit")(submit_command)
 app.command("jobs")(jobs_command)
+app.add_typer(results_app, name="results")
 
 __all__ = ["app", "main"]

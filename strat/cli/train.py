@@ -6,6 +6,7 @@ torch, transformers, Ray and the trainer are imported inside the verbs that need
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from strat.cli.app import ConfigArg, OverridesArg, load
 from strat.config import to_yaml
 from strat.config_reference import reference_markdown
 from strat.errors import UserError
+from strat.eval.summaries import record_provenance
 from strat.model import tiny as tiny_model
 
 
@@ -79,6 +81,7 @@ def train(
         config = None
     if config is None and resume is None:
         raise UserError("train needs a CONFIG file or --resume RUN_DIR")
+    started = time.time()
     with TrainProgress() as progress:
         progress.show_logs()
         run_dir, records = run_training(
@@ -90,6 +93,8 @@ def train(
             on_step=progress.update,
         )
     progress.summary(run_dir, records)
+    argv = ["train", str(config)] if config is not None else ["train", "--resume", str(resume)]
+    record_provenance(run_dir, [*argv, *(overrides or [])], str(config) if config is not None else None, started)
 
 
 def config_reference(

@@ -1,0 +1,57 @@
+"""`strat results`: a finished run's summary for docs/results/, and docs/results.md's tables made from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from strat.eval.summaries import (
+    game_label,
+    games_section,
+    load_summaries,
+    replace_section,
+    scripted_reference,
+    summarize_run,
+    write_summary,
+)
+
+results_app = typer.Typer(help="Run summaries (docs/results/) and the results tables made from them.",
+                          no_args_is_help=True)
+
+
+@results_app.command("summarize")
+def summarize(
+    run_dir: Annotated[Path, typer.Argument(help="A finished run directory (with provenance.json).")],
+    out: Annotated[Path, typer.Option(help="The summary file to write, e.g. docs/results/games/NAME-seed0.json.")],
+    section: Annotated[str, typer.Option(help="The results section it belongs to.")] = "games",
+    exploitability_before: Annotated[
+        Path | None, typer.Option(help="eval.json of `strat eval` on the warm-started policy (its exploitability).")
+    ] = None,
+    exploitability_after: Annotated[
+        Path | None, typer.Option(help="eval.json of `strat eval` on the final checkpoint (its exploitability).")
+    ] = None,
+) -> None:
+    """Summarise a finished run: its command, commit, seed, first and last evaluation with 95% intervals."""
+    summary = summarize_run(run_dir, section, exploitability_before, exploitability_after)
+    typer.echo(f"summary written to {write_summary(summary, out)}")
+
+
+@results_app.command("table")
+def table(
+    results: Annotated[Path, typer.Option(help="Folder of committed run summaries.")] = Path("docs/results"),
+    doc: Annotated[Path, typer.Option(help="The results document whose generated sections are rewritten.")] = Path(
+        "docs/results.md"),
+    reference_games: Annotated[int, typer.Option(help="Games per scripted reference return.")] = 20_000,
+) -> None:
+    """Rewrite docs/results.md's generated sections from the summaries (hand-written text is kept)."""
+    summaries = [s for s in load_summaries(results) if s.section == "games"]
+    references = {}
+    for summary in summaries:
+        label = game_label(summary)
+        if label not in references:
+            references[label] = scripted_reference(summary.game, summary.game_options, num_games=reference_games)
+    body = games_section(summaries, references) if summaries else "No run summarised yet.\n"
+    doc.write_text(replace_section(doc.read_text() if doc.is_file() else "", "games", body))
+    typer.echo(f"{doc}: games section from {len(summaries)} summaries")

@@ -1,0 +1,370 @@
+"""Committed run summaries and the results tables made from them.
+
+A finished run is summarised into a small JSON file under `docs/results/<section>/` (the command that trained it,
+the commit, the seed, its first and last evaluation with 95% intervals, format validity, tokens per step), and
+`docs/results.md`'s generated sections are rewritten from those files, between markers, so hand-written text and
+other sections are left as they are. `strat results summarize` and `strat results table` are the commands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import shlex
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import games
+from games.opponents import make_opponent
+from strat.errors import UserError
+from strat.eval.stats import wilson_interval
+
+SUMMARY_VERSION = 1
+PROVENANCE = "provenance.json"
+"""Written into a run directory by `strat train` when the run ends: the command line, the commit, the wall time."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A measured value with its 95% interval (None where the run did not measure one)."""
+
+    value: float
+    low: float | None = None
+    high: float | None = None
+
+    def text(self, percent: bool = False, signed: bool = False) -> str:
+        scale, sign = (100.0, "") if percent else (1.0, "+" if signed else "")
+
+        def number(x: float) -> str:
+            return f"{scale * x:{sign}.1f}" if percent else f"{x:{sign}.3f}"
+
+        if self.low is None or self.high is None:
+            return number(self.value)
+        return f"{number(self.value)} [{number(self.low)}, {number(self.high)}]"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One policy's figures: `return_vs` and `win_rate_vs` by opponent, exploitability, format validity."""
+
+    step: int
+    return_vs: dict[str, Figure] = field(default_factory=dict)
+    win_rate_vs: dict[str, Figure] = field(default_factory=dict)
+    exploitability: Figure | None = None
+    format_validity: float | None = None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one finished training run measured, with how to reproduce it."""
+
+    section: str
+    """The results section it belongs to, e.g. `games`."""
+    config: str
+    """The config file, as given on the command line."""
+    game: str
+    game_options: dict[str, Any]
+    seed: int
+    command: str
+    commit: str
+    date: str
+    steps: int
+    before: Evaluation
+    """The first evaluation (step 0: the warm-started policy)."""
+    after: Evaluation
+    """The last evaluation (the trained policy)."""
+    wall_s: float | None = None
+    tokens_per_step: float | None = None
+    version: int = SUMMARY_VERSION
+
+
+# --- provenance ---------------------------------------------------------------------------------------------------
+
+
+def source_commit() -> str:
+    """The short commit of the Strat checkout that is running, `+dirty` when tracked files differ from it, or
+    `unknown` outside a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def record_provenance(run_dir: Path, argv: Sequence[str], config: str | None, started: float) -> Path:
+    """Write (or, for a resumed run, extend) `<run_dir>/provenance.json`: the command that trained the run, its
+    config file, the commit, the date and the wall time; a resume is added to `resumed`."""
+    path = Path(run_dir) / PROVENANCE
+    now = time.time()
+    entry = {"command": shlex.join(["strat", *argv]), "commit": source_commit(),
+             "date": time.strftime("%Y-%m-%d", time.gmtime(now)), "wall_s": round(now - started, 1)}
+    if path.is_file():
+        data = json.loads(path.read_text())
+        data.setdefault("resumed", []).append(entry)
+        data["wall_s"] = round(float(data.get("wall_s") or 0.0) + entry["wall_s"], 1)
+    else:
+        data = {**entry, "config": config}
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+# --- reading a run ----------------------------------------------------------------------------------------------
+
+
+def _interval(value: Any) -> tuple[float | None, float | None]:
+    """An interval as metrics.jsonl stores it: [low, high], or a half-width around the mean (None: absent)."""
+    if isinstance(value, list) and len(value) == 2:
+        return float(value[0]), float(value[1])
+    return None, None
+
+
+def _evaluation(record: dict[str, Any], num_games: int, validity: float | None,
+                exploitability: Figure | None) -> Evaluation:
+    returns, wins = {}, {}
+    for key, value in record.items():
+        match = re.fullmatch(r"eval/return_vs_(\w+)", key)
+        if match is None or value is None or key.endswith("_ci"):
+            continue
+        name = match.group(1)
+        ci = record.get(f"eval/return_vs_{name}_ci")
+        low, high = _interval(ci)
+        if low is None and isinstance(ci, (int, float)):
+            low, high = value - ci, value + ci
+        returns[name] = Figure(float(value), low, high)
+        rate = record.get(f"eval/win_rate_vs_{name}")
+        if rate is not None:
+            wins[name] = Figure(float(rate), *wilson_interval(rate * num_games, num_games))
+    if exploitability is None and record.get("eval/exploitability") is not None:
+        exploitability = Figure(float(record["eval/exploitability"]), *_interval(record.get("eval/exploitability_ci")))
+    return Evaluation(int(record["step"]), returns, wins, exploitability, validity)
+
+
+def exploitability_from_eval(path: Path) -> Figure:
+    """The exploitability of a `strat eval` eval.json, with its interval."""
+    try:
+        data = json.loads(Path(path).read_text())["exploitability"]
+        return Figure(float(data["value"]), float(data["ci_low"]), float(data["ci_high"]))
+    except (OSError, KeyError, TypeError, ValueError) as err:
+        raise UserError(f"{path}: no exploitability in it ({err})") from None
+
+
+def summarize_run(run_dir: Path, section: str, exploitability_before: Path | None = None,
+                  exploitability_after: Path | None = None) -> RunSummary:
+    """The summary of a finished run from its config.yaml, metrics.jsonl and provenance.json; exploitability
+    measured apart by `strat eval` (eval.json files) replaces the run's own where given."""
+    from strat.train.metrics import read as read_metrics  # deferred for start-up cost (it imports TensorBoard)
+
+    run_dir = Path(run_dir)
+    provenance_file = run_dir / PROVENANCE
+    if not (run_dir / "config.yaml").is_file() or not provenance_file.is_file():
+        raise UserError(f"{run_dir}: not a finished run directory (config.yaml and {PROVENANCE} are needed)")
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    provenance = json.loads(provenance_file.read_text())
+    records = read_metrics(run_dir)
+    evals = [r for r in records if "eval/return_vs_random" in r]
+    steps = [r for r in records if r.get("step", 0) > 0]
+    if len(evals) < 2 or not steps:
+        raise UserError(f"{run_dir}: needs a first and a last evaluation and a training step in metrics.jsonl")
+    num_games = int(config["eval"]["games"])
+    tokens = [r["throughput/gen_tokens_per_s"] * r["time/rollout_s"] for r in steps
+              if "throughput/gen_tokens_per_s" in r and "time/rollout_s" in r]
+    return RunSummary(
+        section=section,
+        config=str(provenance.get("config") or ""),
+        game=config["game"]["name"],
+        game_options=dict(config["game"].get("options") or {}),
+        seed=int(config["run"]["seed"]),
+        command=provenance["command"],
+        commit=provenance["commit"],
+        date=provenance["date"],
+        steps=int(steps[-1]["step"]),
+        before=_evaluation(evals[0], num_games, steps[0].get("format/valid_rate"),
+                           exploitability_from_eval(exploitability_before) if exploitability_before else None),
+        after=_evaluation(evals[-1], num_games, steps[-1].get("format/valid_rate"),
+                          exploitability_from_eval(exploitability_after) if exploitability_after else None),
+        wall_s=provenance.get("wall_s"),
+        tokens_per_step=sum(tokens) / len(tokens) if tokens else None,
+    )
+
+
+# --- storing ------------------------------------------------------------------------------------------------------
+
+
+def write_summary(summary: RunSummary, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dataclasses.asdict(summary), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def _figure(data: dict[str, Any] | None) -> Figure | None:
+    return None if data is None else Figure(**data)
+
+
+def _load_evaluation(data: dict[str, Any]) -> Evaluation:
+    return Evaluation(
+        step=data["step"],
+        return_vs={k: Figure(**v) for k, v in data["return_vs"].items()},
+        win_rate_vs={k: Figure(**v) for k, v in data["win_rate_vs"].items()},
+        exploitability=_figure(data.get("exploitability")),
+        format_validity=data.get("format_validity"),
+    )
+
+
+def load_summary(path: Path) -> RunSummary:
+    data = json.loads(Path(path).read_text())
+    if data.get("version") != SUMMARY_VERSION:
+        raise UserError(f"{path}: summary version {data.get('version')!r}, this Strat reads {SUMMARY_VERSION}")
+    data["before"], data["after"] = _load_evaluation(data["before"]), _load_evaluation(data["after"])
+    return RunSummary(**data)
+
+
+def load_summaries(folder: Path) -> list[RunSummary]:
+    """Every summary under `folder`, ordered by section, config and seed."""
+    found = [load_summary(p) for p in sorted(Path(folder).rglob("*.json"))]
+    return sorted(found, key=lambda s: (s.section, s.config, s.seed, s.date))
+
+
+# --- tables ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Mean returns of scripted players against one opponent, the ends of the normalised-return scale."""
+
+    opponent: str
+    random: float
+    """The uniform random player's mean return against `opponent`."""
+    heuristic: float
+    """The heuristic player's mean return against `opponent`."""
+
+
+def normalised_return(value: float, reference: Reference) -> float | None:
+    """(R - R_random) / (R_heuristic - R_random): 0 plays like random, 1 like the heuristic player."""
+    span = reference.heuristic - reference.random
+    return None if abs(span) < 1e-12 else (value - reference.random) / span
+
+
+def game_label(summary: RunSummary) -> str:
+    """The game and its options, e.g. `kuhn_poker (players=3)`: a results table per label."""
+    options = ", ".join(f"{k}={v}" for k, v in sorted(summary.game_options.items()))
+    return summary.game + (f" ({options})" if options else "")
+
+
+def _cell(figure: Figure | None, percent: bool = False, signed: bool = False) -> str:
+    return "n/a" if figure is None else figure.text(percent=percent, signed=signed)
+
+
+def _mean_interval(values: Sequence[float]) -> Figure:
+    """Mean over seeds with a t-based 95% interval (normal beyond 30 values)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return Figure(mean)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    t = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}.get(n, 1.96)
+    half = t * sd / math.sqrt(n)
+    return Figure(mean, mean - half, mean + half)
+
+
+def games_section(summaries: Sequence[RunSummary], references: dict[str, Reference]) -> str:
+    """The games section: per run, warm start and trained policy against each opponent; per game, a summary row.
+
+    `references` maps a game label to the scripted reference returns against its heuristic opponent."""
+    lines: list[str] = []
+    by_game: dict[str, list[RunSummary]] = {}
+    for summary in summaries:
+        by_game.setdefault(game_label(summary), []).append(summary)
+    for label, runs in by_game.items():
+        opponents = sorted({o for s in runs for o in (*s.before.return_vs, *s.after.return_vs)},
+                           key=lambda o: (o != "random", o != "heuristic", o))
+        lines += [f"### {label}", ""]
+        header = ["seed", "policy", *(f"return vs {o}" for o in opponents),
+                  *(f"win % vs {o}" for o in opponents), "exploitability", "format valid"]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for run in runs:
+            for name, ev in (("warm start (step 0)", run.before), (f"trained (step {run.after.step})", run.after)):
+                row = [str(run.seed), name, *(_cell(ev.return_vs.get(o), signed=True) for o in opponents),
+                       *(_cell(ev.win_rate_vs.get(o), percent=True) for o in opponents), _cell(ev.exploitability),
+                       "n/a" if ev.format_validity is None else f"{ev.format_validity:.3f}"]
+                lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+        lines += _game_summary(label, runs, references.get(label))
+        lines += ["Commands (each run's summary is in `docs/results/`):", ""]
+        for run in runs:
+            lines.append(f"- seed {run.seed}: `{run.command}` (commit {run.commit}, {run.date}"
+                         + (f", {run.wall_s / 60:.1f} min" if run.wall_s else "")
+                         + (f", {run.tokens_per_step:.0f} generated tokens per step" if run.tokens_per_step else "")
+                         + ")")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _game_summary(label: str, runs: Sequence[RunSummary], reference: Reference | None) -> list[str]:
+    """Gain against the heuristic player in win-rate points, and the normalised returns, over seeds."""
+    if not all("heuristic" in r.before.win_rate_vs and "heuristic" in r.after.win_rate_vs for r in runs):
+        return ["No summary row: the heuristic opponent was not played at both evaluations.", ""]
+    gains = [100 * (r.after.win_rate_vs["heuristic"].value - r.before.win_rate_vs["heuristic"].value) for r in runs]
+    row = [label, str(len(runs)), _mean_interval(gains).text(signed=True)]
+    if reference is not None:
+        for ev in ("before", "after"):
+            values = [normalised_return(getattr(r, ev).return_vs["heuristic"].value, reference) for r in runs]
+            row.append("n/a" if None in values else _mean_interval([v for v in values if v is not None]).text())
+        note = (f"Normalised return against the heuristic player: (R - R_random) / (R_heuristic - R_random), with"
+                f" R_random = {reference.random:+.3f} and R_heuristic = {reference.heuristic:+.3f} the mean returns of"
+                " the uniform random and the heuristic player against it (scripted, 20,000 games, seats alternating).")
+    else:
+        row += ["n/a", "n/a"]
+        note = "No normalised return: the scripted reference returns were not computed."
+    header = ("| game | seeds | win-rate gain vs heuristic (points) | normalised return, warm start"
+              " | normalised return, trained |")
+    return [header, "|---|---|---|---|---|", "| " + " | ".join(row) + " |", "", note,
+            "Means over seeds with t-based 95% intervals.", ""]
+
+
+_MARK = "<!-- results:{section}:{end} -->"
+
+
+def replace_section(document: str, section: str, body: str) -> str:
+    """`document` with the text between the section's start and end markers replaced by `body`; the markers are
+    added at the end when absent."""
+    start, end = _MARK.format(section=section, end="start"), _MARK.format(section=section, end="end")
+    block = f"{start}\n<!-- generated by `strat results table`; edit docs/results/ instead -->\n\n{body}\n{end}"
+    if start in document and end in document:
+        head, rest = document.split(start, 1)
+        _, tail = rest.split(end, 1)
+        return head + block + tail
+    return document.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def scripted_reference(game: str, options: dict[str, Any], opponent: str = "heuristic", num_games: int = 20_000,
+                       seed: int = 0) -> Reference:
+    """The mean returns of the uniform random and of the heuristic player, each in one seat (alternating) with
+    `opponent` in every other seat: the ends of the normalised-return scale, by simulation."""
+    def mean_return(player: str) -> float:
+        total = 0.0
+        for index in range(num_games):
+            env = games.make(game, **options)
+            env.reset(seed=seed * 1_000_003 + index)
+            ego = env.possible_agents[index % len(env.possible_agents)]
+            players = {agent: make_opponent(player if agent == ego else opponent, game,
+                                            seed=(seed * 1_000_003 + index) * 16 + seat, **options)
+                       for seat, agent in enumerate(env.possible_agents)}
+            for agent in env.turns():
+                env.step(players[agent].act(env, agent))
+            total += env.returns()[ego]
+        return total / num_games
+
+    return Reference(opponent, mean_return("random"), mean_return("heuristic"))
