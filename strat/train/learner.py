@@ -523,7 +523,7 @@ class PolicyLearner:
         """Greedy completions (token ids, up to and including the end-of-turn token) from the training
         model itself, via transformers `generate`, one prompt at a time: what a synced engine must
         reproduce."""
-        stops = stop_token_ids(self.tokenizer)
+        stops = stop_token_ids(self.tokenizer, self.model_path)
         was_training = self.model.training
         self.model.eval()
         outputs = []
