@@ -15,6 +15,7 @@ from games.opponents import opponent_names
 from strat.algorithm.estimators import advantage_names
 from strat.algorithm.reasoning import validate_format_penalty
 from strat.errors import ConfigError
+from strat.model import hub
 from strat.model.tiny import TinyModelSettings
 
 
@@ -66,10 +67,12 @@ class TinyConfig(_Section):
 
 
 class ModelConfig(_Section):
-    """The policy model: a Hugging Face model directory, or a tiny model built offline."""
+    """The policy model: a Hugging Face model directory or Hub name, or a tiny model built offline."""
 
     path: str = "tiny:kuhn_poker"
-    """A Hugging Face model directory, or `tiny:<game>` to build a tiny model offline."""
+    """A Hugging Face model directory; a Hub name `org/name` or `org/name@revision` (a branch, tag or commit), taken
+    from the Hugging Face cache (`HF_HOME`) or else downloaded, and pinned on loading to the commit found
+    (`org/name@<hash>`, what `config.yaml` records); or `tiny:<game>` to build a tiny model offline."""
     tiny: TinyConfig = Field(default_factory=TinyConfig)
     """Sizes of a `tiny:<game>` model; ignored for a model directory."""
     trust_remote_code: bool = False
@@ -82,8 +85,7 @@ class ModelConfig(_Section):
             game = value.split(":", 1)[1]
             _check_game_name(game)
             return value
-        _check_model_dir(value, "a local path or tiny:<game> is accepted")
-        return value
+        return _check_model_path(value, "a local path, a Hub name org/name[@revision] or tiny:<game> is accepted")
 
     @property
     def tiny_game(self) -> str | None:
@@ -281,18 +283,20 @@ class ComparisonConfig(_Section):
     judge_engine: Literal["separate", "policy"] = "separate"
     """The judge gets its own engine; `policy` (circular: the policy judges itself) is explicit."""
     judge_model: str | None = None
-    """Model directory of the LLM judge (agreement=judge with judge_engine=separate); it runs on an engine of
-    `engine.backend`, greedy, in the comparator (which needs resources.gpus_comparator on a GPU run)."""
+    """Model directory or Hub name (pinned as `model.path` is) of the LLM judge (agreement=judge with
+    judge_engine=separate); it runs on an engine of `engine.backend`, greedy, in the comparator (which needs
+    resources.gpus_comparator on a GPU run)."""
     embedding_model: str | None = None
-    """Model directory of the embedder (agreement=embedding): the mean-pooled, L2-normalised last hidden
-    state of its transformers AutoModel; agreement is the cosine of the two texts' vectors, clipped to [0, 1]."""
+    """Model directory or Hub name (pinned as `model.path` is) of the embedder (agreement=embedding): the
+    mean-pooled, L2-normalised last hidden state of its transformers AutoModel; agreement is the cosine of the two
+    texts' vectors, clipped to [0, 1]."""
 
     @field_validator("judge_model", "embedding_model")
     @classmethod
     def _model_exists(cls, value: str | None) -> str | None:
-        if value is not None:
-            _check_model_dir(value, "a local Hugging Face model directory is accepted")
-        return value
+        if value is None:
+            return None
+        return _check_model_path(value, "a local Hugging Face model directory or a Hub name org/name is accepted")
 
 
 class AlgorithmConfig(_Section):
@@ -524,6 +528,14 @@ def learner_on_gpu(config: ExperimentConfig) -> bool:
 def agents_on_gpu(config: ExperimentConfig) -> bool:
     """Whether the agents' engines run on GPUs (vLLM with resources.gpus_per_agent; hf engines run on the CPU)."""
     return config.engine.backend == "vllm" and config.resources.gpus_per_agent > 0
+
+
+def _check_model_path(value: str, accepted: str) -> str:
+    """A model directory that holds safetensors, or a Hub name pinned to its commit (`strat.model.hub`)."""
+    if hub.parse(value) is not None:
+        return hub.pin(value)
+    _check_model_dir(value, accepted)
+    return value
 
 
 def _check_model_dir(value: str, accepted: str) -> None:

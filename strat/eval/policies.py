@@ -24,6 +24,7 @@ from strat.engines.base import Generation, SamplingParams
 from strat.errors import ConfigError
 from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability, exact_estimate
 from strat.model import checkpoint as checkpoints
+from strat.model import hub
 from strat.train.rollout import Encode, Generate, RolloutRunner, RolloutSettings, derive_seed
 from strat.train.settings import rollout_settings
 
@@ -224,12 +225,14 @@ def chunked(generate: Generate, max_batch: int) -> Generate:
 def load_policy(
     spec: str, game: str | None, game_options: dict[str, object] | None = None, backend: str = "hf"
 ) -> Policy:
-    """A policy from a scripted name, a checkpoint directory, or a run directory (its latest checkpoint).
+    """A policy from a scripted name, a checkpoint directory, a run directory (its latest checkpoint) or a Hugging
+    Face Hub name (`org/name[@revision]`, from the cache or downloaded).
 
     An LLM plays in its run's reasoning format (`config.yaml` next to `checkpoints/`); the run's game is
     used when `game` is None, and a different `game` is an error.
     """
-    path = Path(spec).expanduser()
+    hub_name = hub.parse(spec)
+    path = hub.local_dir(spec, "--policy") if hub_name is not None else Path(spec).expanduser()
     if not path.is_dir():
         if game is None:
             raise ConfigError(
@@ -246,6 +249,8 @@ def load_policy(
     checkpoint, step, run_dir = resolve_checkpoint(path)
     config = _run_config(checkpoint, run_dir, game, game_options)
     name = f"{run_dir.name}@{step}" if run_dir is not None and step is not None else checkpoint.name
+    if hub_name is not None:
+        name = f"{hub_name.repo_id}@{checkpoint.name}"  # the snapshot directory is named by its commit
     return LLMPolicy.from_checkpoint(checkpoint, config, backend=backend, name=name, step=step, run_dir=run_dir)
 
 
