@@ -81,13 +81,14 @@ def test_a_template_without_system_role_gets_the_system_text_in_the_first_user_t
         chatml.apply_chat_template(CONVERSATION, add_generation_prompt=True, tokenize=True)["input_ids"])
 
 
-def test_the_end_of_turn_token_of_generation_config_stops_generation(chat_model_dir: Path) -> None:
+@pytest.mark.parametrize("backend", ["hf", "vllm"])
+def test_the_end_of_turn_token_of_generation_config_stops_generation(chat_model_dir: Path, backend: str) -> None:
     tokenizer = AutoTokenizer.from_pretrained(chat_model_dir)
     end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
     assert end_of_turn not in stop_token_ids(tokenizer)  # not the tokenizer's eos: only generation_config.json has it
     assert json.loads((chat_model_dir / "generation_config.json").read_text())["eos_token_id"][1] == end_of_turn
     assert end_of_turn in stop_token_ids(tokenizer, chat_model_dir)
-    with build_engine("hf", chat_model_dir) as engine:
+    with build_engine(backend, chat_model_dir, max_model_len=512) as engine:
         [generation] = engine.generate_chat([CONVERSATION], SamplingParams(max_tokens=64, temperature=0))
     assert generation.finish_reason == "stop" and generation.token_ids[-1] == end_of_turn
     assert end_of_turn not in generation.token_ids[:-1]
