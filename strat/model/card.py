@@ -8,11 +8,14 @@ import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import games
 from strat.algorithm.reasoning import DEPTH_SECTIONS, build_messages, format_prompt
 from strat.config import ExperimentConfig
+
+if TYPE_CHECKING:
+    from strat.train.resume import ResumeOverrides
 
 EVAL_ROWS: tuple[tuple[str, str, str | None], ...] = (
     ("return vs random", "eval/return_vs_random", "eval/return_vs_random_ci"),
@@ -225,8 +228,20 @@ def _eval_lines(records: list[dict[str, Any]], step: int, config: ExperimentConf
     return lines
 
 
-def render(config: ExperimentConfig, base: str, step: int, records: list[dict[str, Any]], sample: Example) -> str:
-    """The README.md of an exported policy; `base` is `model.path` as the run recorded it."""
+def _resume_lines(resumes: list[ResumeOverrides], step: int) -> list[str]:
+    """The changes made on resume that the weights of `step` trained under."""
+    lines = []
+    for resume in resumes:
+        if resume.step < step:
+            changed = ", ".join(f"`{c.key}` {c.before} -> {c.after}" for c in resume.changes)
+            lines.append(f"- resumed after step {resume.step} with {changed}")
+    return ["", "The settings above are those of `config.yaml` now; the run changed some on resume:", "", *lines] if lines else []
+
+
+def render(config: ExperimentConfig, base: str, step: int, records: list[dict[str, Any]], sample: Example,
+           resumes: list[ResumeOverrides]) -> str:
+    """The README.md of an exported policy; `base` is `model.path` as the run recorded it, `resumes` what
+    `overrides.jsonl` recorded."""
     game = config.game
     options = ", ".join(f"{k}={v}" for k, v in game.options.items()) or "the defaults"
     hub = _hub_id(base)
@@ -260,6 +275,7 @@ def render(config: ExperimentConfig, base: str, step: int, records: list[dict[st
         "",
         (f"Trained for {step} steps (`schedule.steps` = {config.schedule.steps}), each on"
         f" {config.algorithm.group_size * config.algorithm.groups_per_step} episodes."),
+        *_resume_lines(resumes, step),
         "",
         "## Prompt format",
         "",

@@ -89,8 +89,9 @@ def export_run(run_dir: Path, out: Path, step: int | None = None) -> Exported:
         _write_generation_config(ckpt.path, staging, tokenizer, config.reasoning.max_new_tokens)
         sample = card.example(run_dir, config, ckpt.step, tokenizer)
         from strat.train import metrics  # deferred with the rest: TensorBoard's writer comes along
+        from strat.train.resume import read_overrides
 
-        text = card.render(config, base, ckpt.step, metrics.read(run_dir), sample)
+        text = card.render(config, base, ckpt.step, metrics.read(run_dir), sample, read_overrides(run_dir))
         (staging / "README.md").write_text(text)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -2,9 +2,11 @@
 with the checkpoint's greedy output, a card whose figures are metrics.jsonl's, LoRA merged, and refusals."""
 
 import ast
+import json
 import re
 import shutil
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from strat.model.build import LoraSettings
 from strat.model.export import export_run
 from strat.train import metrics
 from strat.train.learner import LearnerSettings, PolicyLearner
+from strat.train.resume import OverrideChange, ResumeOverrides
 from strat.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,6 +155,17 @@ def test_card_example_is_a_sampled_turn_with_its_own_prompt(trained: Path, expor
     assert f"You are player {agent[-1]}. You hold the {held}." in prompt
     raw = ast.literal_eval(re.search(r"- raw response: (.*)", block).group(1))
     assert response == re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", raw)
+
+
+def test_card_lists_the_changes_made_on_resume_before_the_exported_step(trained: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "resumed"
+    shutil.copytree(trained, run_dir)
+    changes = [ResumeOverrides(1, (OverrideChange("algorithm.lr", 0.02, 0.01),)),
+               ResumeOverrides(2, (OverrideChange("schedule.steps", 2, 4),))]  # after step 2: not in these weights
+    (run_dir / "overrides.jsonl").write_text("".join(json.dumps(asdict(c)) + "\n" for c in changes))
+    card = (export_run(run_dir, tmp_path / "out").out / "README.md").read_text()
+    assert "- resumed after step 1 with `algorithm.lr` 0.02 -> 0.01\n" in card
+    assert "schedule.steps` 2 -> 4" not in card
 
 
 def _refused(capsys, argv: list[str]) -> str:
