@@ -196,12 +196,18 @@ def test_refusals(capsys, trained: Path, tmp_path: Path) -> None:
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 
-def test_lora_run_exports_merged_weights_with_base_plus_adapter_logits(tmp_path: Path, tiny_model_dir: Path) -> None:
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_lora_run_exports_merged_weights_with_base_plus_adapter_logits(
+    tmp_path: Path, tiny_model_dir: Path, dtype: str
+) -> None:
+    # In bfloat16 the learner keeps the frozen base in bf16 and the merged layers come out in float32: the export
+    # writes every weight in float32.
     from peft import PeftModel
 
     config = load_config(DEFAULT, [f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", *SHORT,
-                                   "learner.lora.enabled=true", "learner.lora.r=4", "learner.lora.alpha=8"])
-    learner = PolicyLearner(tiny_model_dir, LearnerSettings(lr=2e-2, lora=LoraSettings(r=4, alpha=8)))
+                                   "learner.lora.enabled=true", "learner.lora.r=4", "learner.lora.alpha=8",
+                                   f"learner.dtype={dtype}"])
+    learner = PolicyLearner(tiny_model_dir, LearnerSettings(lr=2e-2, lora=LoraSettings(r=4, alpha=8), dtype=dtype))
     with torch.no_grad():  # B starts at zero: give the adapters something to merge
         for name, parameter in learner.model.named_parameters():
             if ".lora_B." in name:
@@ -212,7 +218,12 @@ def test_lora_run_exports_merged_weights_with_base_plus_adapter_logits(tmp_path:
     assert exported.lora_merged and not (exported.out / "adapter").exists()
     assert "LoRA (r=4, alpha=8" in (exported.out / "README.md").read_text()
 
-    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    written = load_file(exported.out / "model.safetensors")
+    assert {t.dtype for t in written.values()} == {torch.float32}
+    assert json.loads((exported.out / "config.json").read_text())["dtype"] == "float32"
+
+    # The reference: the base as the learner held it (rounded to bf16 in bfloat16), with the adapter on top.
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=getattr(torch, dtype)).float().eval()
     ids = torch.tensor(_prompts(AutoTokenizer.from_pretrained(exported.out))[:1])
     with torch.no_grad():
         base_logits = base(ids).logits
