@@ -35,6 +35,7 @@ from strat.train.faults import injected_steps
 from strat.train.fleet import Fleet, Share, actor_died
 from strat.train.metrics import EpisodeLedger, MetricsLog, PhaseTimer
 from strat.train.ray_node import start_ray
+from strat.train.resume import resume_with_overrides
 from strat.train.rollout import derive_seed, plan_groups
 from strat.train.settings import (
     advantage_config,
@@ -520,13 +521,14 @@ class Trainer:
 def train(config_path: str | None, overrides: list[str], address: str | None = None, resume: str | None = None,
           on_start: Callable[[int], None] | None = None,
           on_step: Callable[[dict[str, Any]], None] | None = None) -> tuple[Path, list[dict[str, Any]]]:
-    """`strat train`: load (or, on resume, reload) the config, then run. Returns the run dir and records."""
+    """`strat train`: load (or, on resume, reload) the config, then run. Returns the run dir and records. On resume
+    only some overrides are accepted, and those that change something are recorded (`strat.train.resume`)."""
     if resume is not None:
         run_dir = Path(resume)
         saved = run_dir / "config.yaml"
         if not saved.is_file():
             raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
-        config = load_config(saved, overrides)
+        config = resume_with_overrides(run_dir, overrides)
     else:
         config = load_config(config_path, overrides)
         run_dir = config.run_dir
