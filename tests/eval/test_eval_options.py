@@ -9,7 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+import typer
 from transformers import AutoTokenizer
+from typer.testing import CliRunner
 
 import games
 from strat.cli.eval import eval_command
@@ -20,9 +22,10 @@ from strat.eval.policies import LLMPolicy, ReasoningOverrides, load_policy
 
 
 def _args(**kwargs) -> dict:
-    args = dict(policy=None, game=None, opponents=["random"], games_per_opponent=3, out=None, samples_per_infoset=None,
-                bootstrap=20, seed=0, backend="hf", transcripts=1, head_to_head_policies=None, depth=None,
-                game_option=None, max_new_tokens=None, temperature=None)
+    args = {"policy": None, "game": None, "opponents": ["random"], "games_per_opponent": 3, "out": None,
+            "samples_per_infoset": None, "bootstrap": 20, "seed": 0, "backend": "hf", "transcripts": 1,
+            "head_to_head_policies": None, "depth": None, "game_option": None, "max_new_tokens": None,
+            "temperature": None}
     args.update(kwargs)
     return args
 
@@ -108,11 +111,11 @@ def test_the_backend_defaults_to_vllm_where_installed(
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(game_option=["players"]), "--game-option 'players': expected key=value"),
-        (dict(game_option=["a.b=1"]), "--game-option 'a.b=1': expected key=value with a plain value"),
-        (dict(game_option=["colour=red"]), "--game-option: .*unknown option"),
-        (dict(policy="TINY", game_option=["colour=red"]), "game.options=.*unknown option"),
-        (dict(policy="TINY", temperature=0.0), "reasoning.temperature=0.0"),
+        ({"game_option": ["players"]}, "--game-option 'players': expected key=value"),
+        ({"game_option": ["a.b=1"]}, "--game-option 'a.b=1': expected key=value with a plain value"),
+        ({"game_option": ["colour=red"]}, "--game-option: .*unknown option"),
+        ({"policy": "TINY", "game_option": ["colour=red"]}, "game.options=.*unknown option"),
+        ({"policy": "TINY", "temperature": 0.0}, "reasoning.temperature=0.0"),
     ],
 )
 def test_bad_options_are_one_line(tiny_model_dir: Path, tmp_path: Path, kwargs: dict, message: str) -> None:
@@ -120,3 +123,17 @@ def test_bad_options_are_one_line(tiny_model_dir: Path, tmp_path: Path, kwargs: 
     with pytest.raises(ConfigError, match=message) as caught:
         _eval(policy=policy, game="kuhn_poker", out=tmp_path, **kwargs)
     assert "\n" not in str(caught.value)
+
+
+def test_the_options_parse_on_the_command_line(tmp_path: Path) -> None:
+    app = typer.Typer(pretty_exceptions_enable=False)
+    app.command("eval")(eval_command)
+    app.command("noop")(lambda: None)  # two commands, so that "eval" is a subcommand as in strat
+    args = ["eval", "--policy", "random", "--game", "kuhn_poker", "--opponents", "heuristic", "--games", "3",
+            "--game-option", "players=3", "--depth", "1", "--max-new-tokens", "4", "--temperature", "0.5",
+            "--samples-per-infoset", "0", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "eval.json").read_text())
+    assert data["game_options"] == {"players": 3} and len(data["matches"][0]["seat_returns"]) == 3
+    assert CliRunner().invoke(app, [*args[:-2], "--depth", "3"]).exit_code == 2, "depth is 0, 1 or 2"
