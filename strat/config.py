@@ -161,6 +161,10 @@ class EngineConfig(_Section):
     readable at the same path from every node that runs an agent: node-local storage (e.g. /tmp,
     local NVMe) only when the learner and all agents share a node, a shared filesystem (NFS, Lustre,
     a mounted bucket) otherwise. Holds one copy of the model (the latest version)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Device of the hf engine (backend=hf, and `strat eval --backend hf`): `auto` puts it on the GPU when its
+    process sees one (an agent actor does only with resources.gpus_per_agent > 0), else on the CPU. vLLM picks
+    its own device."""
 
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -94,6 +94,7 @@ def engine_settings(config: ExperimentConfig) -> EngineSettings:
         seed=config.run.seed,
         trust_remote_code=config.model.trust_remote_code,
         multiprocess=config.engine.multiprocess,
+        device=config.engine.device,
     )
 
 

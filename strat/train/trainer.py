@@ -26,6 +26,7 @@ from strat.algorithm.advantage import (
 )
 from strat.algorithm.records import Episode, ScoredEpisode
 from strat.config import ExperimentConfig, load_config, save_resolved
+from strat.context_check import check_context, context_summary
 from strat.errors import ConfigError, RunAborted
 from strat.eval.exploitability import exploitable
 from strat.eval.stats import mean_interval
@@ -532,6 +533,7 @@ def train(config_path: str | None, overrides: list[str], address: str | None = N
     else:
         config = load_config(config_path, overrides)
         run_dir = config.run_dir
+    log.info(context_summary(check_context(config), config))
     trainer = Trainer(config, run_dir, address=address, resume=resume is not None)
     if on_start is not None:
         on_start(config.schedule.steps)
