@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import games
 from strat.algorithm.reasoning import ChatTokenizer, build_messages
 from strat.errors import ConfigError
+from strat.engines.base import chat_prompt_ids
 
 if TYPE_CHECKING:
     from games import TextGameEnv
@@ -139,10 +140,7 @@ def token_counter(tokenizer: ChatTokenizer) -> CountTokens:
     """Counts a prompt as the agents encode it: the chat template with the assistant's turn opened."""
 
     def count(messages: list[dict[str, str]]) -> int:
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if hasattr(ids, "keys"):  # a BatchEncoding in recent transformers
-            ids = ids["input_ids"]
-        return len(ids)
+        return len(chat_prompt_ids(tokenizer, messages))
 
     return count
 
