@@ -227,12 +227,22 @@ def test_offline_run_resumed_continues_one_wandb_run_with_every_step_once(
                 assert [row[f"{key}/low"], row[f"{key}/high"]] == pytest.approx(value), key
             else:
                 assert row[key] == pytest.approx(value), key
+    # Tables and images are logged as files of the segment that logged them, named in the row.
+    segment_of = {0: files[0], 1: files[0], 2: files[0], 3: files[1], 4: files[1]}
+
+    def media(step: int, key: str) -> Path:
+        assert rows[step][f"{key}/_type"] in ("table-file", "image-file"), (step, key)
+        return segment_of[step].parent / "files" / rows[step][f"{key}/path"]
+
     for step in (1, 2, 3, 4):
-        assert rows[step]["samples/transcripts"]["_type"] == "table-file"
-    # The closing table and curves of each process, at the last step it sent.
-    assert "eval/before_after" in rows[2] and "eval/before_after" in rows[4]
-    assert rows[4]["eval/learning_curves"]["_type"] == "image-file"
-    table = json.loads(next(files[1].parent.glob("files/media/table/eval/before_after_4_*.table.json")).read_text())
+        table = json.loads(media(step, "samples/transcripts").read_text())
+        assert table["columns"] == list(TRANSCRIPT_COLUMNS) and table["data"]
+        transcript = (run_dir / "samples" / f"step_{step}.md").read_text()
+        assert all(row[0] == step and f"## {row[1]} " in transcript for row in table["data"])
+    # The closing table and curves of each process, at the last step it sent: the second over the whole run.
+    assert "eval/before_after/_type" in rows[2] and "eval/learning_curves/_type" not in rows[3]
+    assert media(4, "eval/learning_curves").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = json.loads(media(4, "eval/before_after").read_text())
     summary = before_after(expected)
     assert table["columns"] == ["measure", "before (step 0)", "after (step 4)"]
     assert [tuple(row) for row in table["data"]] == list(summary.rows)
