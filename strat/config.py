@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -458,8 +459,22 @@ class EvalConfig(_Section):
     """Bootstrap replicates for the exploitability interval."""
 
 
+class WandbConfig(_Section):
+    """Weights & Biases tracking of a run (needs the `wandb` extra): metrics against the training step, the resolved
+    config, transcripts, the learning curves and the before/after table. `WANDB_MODE=offline` logs to disk only."""
+
+    project: str = Field("strat", min_length=1)
+    """W&B project the run is logged to."""
+    entity: str | None = None
+    """W&B entity (user or team); unset: the default entity of the logged-in account."""
+    group: str | None = None
+    """W&B group, to show related runs together (e.g. the seeds of one setting)."""
+    tags: list[str] = Field(default_factory=list)
+    """W&B tags of the run."""
+
+
 class LoggingConfig(_Section):
-    """TensorBoard, transcripts and the log level."""
+    """TensorBoard, Weights & Biases, transcripts and the log level."""
 
     tensorboard: bool = True
     """Also write TensorBoard events under <run_dir>/tensorboard."""
@@ -467,6 +482,8 @@ class LoggingConfig(_Section):
     """Write readable transcripts every N steps (0: never)."""
     level: Literal["debug", "info", "warning", "error"] = "info"
     """Log level of the driver's messages."""
+    wandb: WandbConfig | None = None
+    """Weights & Biases tracking (needs `pip install 'strat-reasoner[wandb]'`); unset: off."""
 
 
 class ExperimentConfig(_Section):
@@ -742,7 +759,17 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | tupl
     for text in overrides:
         parts, value = parse_override(text)
         _apply_override(tree, parts, value)
-    return from_dict(tree)
+    config = from_dict(tree)
+    _check_installed(config)
+    return config
+
+
+def _check_installed(config: ExperimentConfig) -> None:
+    """Optional packages a run asks for. Checked where a run is configured (check, train, resume), not where a saved
+    config is only read back (export, eval of a run directory)."""
+    if config.logging.wandb is not None and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("logging.wandb: wandb is not installed (pip install 'strat-reasoner[wandb]', "
+                          "or unset logging.wandb)")
 
 
 def to_yaml(config: ExperimentConfig) -> str:

@@ -11,6 +11,8 @@ from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from strat.train.summary import before_after, fmt
+
 _SHOWN = (
     ("reward/mean", "reward"),
     ("format/valid_rate", "valid"),
@@ -18,14 +20,6 @@ _SHOWN = (
     ("eval/exploitability", "expl"),
     ("time/step_s", "s/step"),
 )
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, list):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 class TrainProgress:
@@ -49,7 +43,7 @@ class TrainProgress:
 
     def update(self, record: dict[str, Any]) -> None:
         self._last.update({k: v for k, v in record.items() if v is not None})
-        figures = "  ".join(f"{label} {_fmt(self._last.get(key))}" for key, label in _SHOWN)
+        figures = "  ".join(f"{label} {fmt(self._last.get(key))}" for key, label in _SHOWN)
         if self._task is None:
             self._task = self._progress.add_task("train", total=None, figures=figures)
         self._progress.update(self._task, completed=record["step"], figures=figures)
@@ -67,32 +61,12 @@ class TrainProgress:
 
     def summary(self, run_dir: Path, records: list[dict[str, Any]]) -> None:
         """Before (first evaluation) against after (last evaluation), with 95% intervals."""
-        evals = [r for r in records if "eval/return_vs_random" in r]
+        summary = before_after(records)
         table = Table(title=f"Strat-Reasoner run {run_dir}")
         table.add_column("measure")
-        table.add_column("before (step %s)" % (evals[0]["step"] if evals else "-"))
-        table.add_column("after (step %s)" % (evals[-1]["step"] if evals else "-"))
-        rows = (
-            ("return vs random", "eval/return_vs_random", "eval/return_vs_random_ci"),
-            ("win rate vs random", "eval/win_rate_vs_random", None),
-            ("exploitability", "eval/exploitability", "eval/exploitability_ci"),
-        )
-        for label, key, ci in rows:
-            if evals and key in evals[0]:
-                table.add_row(label, *(self._with_ci(r, key, ci) for r in (evals[0], evals[-1])))
-        train_rows = [r for r in records if r.get("step", 0) > 0]
-        if train_rows:
-            table.add_row("format valid rate", _fmt(train_rows[0].get("format/valid_rate")),
-                          _fmt(train_rows[-1].get("format/valid_rate")))
+        table.add_column(f"before (step {fmt(summary.before_step)})")
+        table.add_column(f"after (step {fmt(summary.after_step)})")
+        for row in summary.rows:
+            table.add_row(*row)
         self.console.print(table)
         self.console.print(f"metrics: {run_dir / 'metrics.jsonl'}  checkpoints: {run_dir / 'checkpoints'}")
-
-    @staticmethod
-    def _with_ci(record: dict[str, Any], key: str, ci: str | None) -> str:
-        value = record.get(key)
-        if ci is None or record.get(ci) is None:
-            return _fmt(value)
-        interval = record[ci]
-        if isinstance(interval, list):
-            return f"{_fmt(value)} [{_fmt(interval[0])}, {_fmt(interval[1])}]"
-        return f"{_fmt(value)} ± {_fmt(interval)}"

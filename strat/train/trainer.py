@@ -44,6 +44,7 @@ from strat.train.settings import (
     rollout_settings,
     warm_start_settings,
 )
+from strat.train.tracking import open_tracker
 from strat.train.transcripts import render_transcripts
 
 log = logging.getLogger("strat.train")
@@ -153,7 +154,8 @@ class Trainer:
         try:
             self._start_actors()
             resume_step = self._restore() if self.resume else None
-            self.metrics = MetricsLog(self.run_dir, self.config.logging.tensorboard, resume_step)
+            self.metrics = MetricsLog(self.run_dir, self.config.logging.tensorboard, resume_step,
+                                      open_tracker(self.config, self.run_dir))
             self.ledger = EpisodeLedger(self.run_dir, resume_step)
             records = []
             if self.step == 0 and self.config.schedule.eval_every > 0 and self.stop_signal is None:
@@ -167,6 +169,8 @@ class Trainer:
             self.metrics.close()
             return records
         finally:
+            if getattr(self, "metrics", None) is not None:
+                self.metrics.close(complete=False)  # after a failure; closed already when the run finished
             self._stop_actors()
             self._stop_ray()
             self._restore_signal_handler(previous)
@@ -517,6 +521,8 @@ class Trainer:
         folder = self.run_dir / "samples"
         folder.mkdir(exist_ok=True)
         (folder / f"step_{step}.md").write_text(render_transcripts(scored, step))
+        if self.metrics.tracker is not None:
+            self.metrics.tracker.log_transcripts(step, scored)
 
 
 def train(config_path: str | None, overrides: list[str], address: str | None = None, resume: str | None = None,
