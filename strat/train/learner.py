@@ -321,6 +321,28 @@ class PolicyLearner:
                 return self._frozen_logprobs(self.model, batch)
         return None
 
+    def _proximal_logprobs(self, steps: Sequence[tuple[int, int, list[tuple[list[int], TrainBatch, bool, Any]]]]
+                           ) -> dict[int, torch.Tensor]:
+        """Proximal log-probs (the weights at the update's start), by sample position, of the samples that later
+        steps train on and the first step does not: the first step's training forward, before its optimizer
+        step, gives the rest. With one minibatch nothing is left to compute; with k, the samples of minibatches
+        2..k (and, under FSDP2, those a rank owns only in a later epoch)."""
+        proximal: dict[int, torch.Tensor] = {}
+        if not steps:
+            return proximal
+        known = {row for rows, *_ in steps[0][2] for row in rows}
+        plan = []
+        for _, _, prepared in steps[1:]:
+            for rows, batch, _, _ in prepared:
+                plan.append((rows, batch, not known.issuperset(rows)))
+                known.update(rows)
+        # Under FSDP2 every forward is a collective: a micro-batch runs on every rank when one rank needs it.
+        wanted = self._sum_over_ranks([float(needed) for *_, needed in plan])
+        for (rows, batch, _), count in zip(plan, wanted, strict=True):
+            if count > 0:
+                _keep_rows(proximal, rows, self._frozen_logprobs(self.model, batch), batch.response_mask)
+        return proximal
+
     def update(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """One policy update on `samples`: `minibatches` optimizer steps per epoch, each on its own part of the
         batch (one step per epoch on the whole batch by default); returns diagnostics.
@@ -358,15 +380,7 @@ class PolicyLearner:
                     moves = self.move_choices(chunk, batch.response_ids.shape[1]) if move_bonus else None
                     prepared.append((rows, batch, counted, moves))
                 steps.append((len(minibatch), sum(len(s.response_token_ids) for s in minibatch), prepared))
-        # Proximal log-probs, per sample: the learner's weights at the start of this update. When the first step
-        # takes the whole batch (one minibatch), its training forward gives them for every later epoch too (the
-        # ranks then own the same samples in every epoch); with several minibatches, a forward pass first.
-        proximal: dict[int, torch.Tensor] = {}
-        if settings.minibatches > 1 and len(steps) > 1:
-            for _, _, prepared in steps:
-                for rows, batch, _, _ in prepared:
-                    # Every entry runs its forward, repeats too: under FSDP2 each is a collective on every rank.
-                    _keep_rows(proximal, rows, self._frozen_logprobs(self.model, batch), batch.response_mask)
+        proximal = self._proximal_logprobs(steps)
         for number, (step_samples, step_tokens, prepared) in enumerate(steps):
             self.optimizer.zero_grad(set_to_none=True)
             for rows, batch, counted, moves in prepared:
@@ -379,11 +393,9 @@ class PolicyLearner:
                         entropy=settings.loss.entropy_coef > 0,
                         candidates=moves[1] if moves is not None else None,
                     )
-                if all(row in proximal for row in rows):
-                    old = _gather_rows(proximal, rows, batch.behaviour_logprobs)
-                else:  # the first step, on the whole batch: the weights are still those of the update's start
-                    old = logprobs.detach()
-                    _keep_rows(proximal, rows, old, batch.response_mask)
+                if number == 0:  # before the first optimizer step: the weights are still those of the update's start
+                    _keep_rows(proximal, rows, logprobs.detach(), batch.response_mask)
+                old = _gather_rows(proximal, rows, batch.behaviour_logprobs)
                 if number < len(steps) // settings.epochs and counted:  # the first epoch's steps
                     mask = batch.response_mask
                     gap_sum += float((old - batch.behaviour_logprobs)[mask].abs().sum())
