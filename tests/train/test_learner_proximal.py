@@ -9,7 +9,8 @@ import torch
 
 from strat.algorithm.losses import LossConfig, policy_loss
 from strat.algorithm.records import TrainBatch, TrainSample
-from strat.train.learner import LearnerSettings, PolicyLearner, sequence_logprobs
+from strat.train.learner import LearnerSettings, PolicyLearner
+from strat.train.sequences import sequence_logprobs
 
 
 def _samples(count: int, seed: int = 0) -> list[TrainSample]:
