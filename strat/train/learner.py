@@ -269,7 +269,7 @@ class PolicyLearner:
         step, gives the rest. With one minibatch nothing is left to compute; with k, the samples of minibatches
         2..k (and, under FSDP2, those a rank owns only in a later epoch)."""
         proximal: dict[int, torch.Tensor] = {}
-        if not steps:
+        if len(steps) < 2:  # the same on every rank: no collective below
             return proximal
         known = {row for rows, *_ in steps[0][2] for row in rows}
         plan = []
