@@ -338,7 +338,10 @@ class AlgorithmConfig(_Section):
     policy/move_entropy). Keeps every move sampled at every information set, so that the groups keep seeing the
     alternatives, without loosening the reasoning's format as `entropy_coef` does."""
     dph_divergence: Literal["none", "forward_kl", "js"] = "none"
-    """DPH-RL: a mass-covering divergence to the initial policy (forward_kl or js); refused until its rehearsal samples are wired into the learner."""
+    """DPH-RL (arXiv 2509.07430): a mass-covering divergence (forward_kl or js) to the initial policy on rehearsal
+    samples of its self-play, drawn at the run's start (`dph_samples`) and stored in `<run_dir>/rehearsal.safetensors`;
+    every optimizer step adds `dph_eta` times it over `dph_batch` of them (logged as loss/dph, its time as
+    time/dph_s)."""
     dph_eta: float = Field(0.02, ge=0.0)
     """Weight of the DPH-RL divergence."""
     fiberpo: bool = False
@@ -355,7 +358,8 @@ class AlgorithmConfig(_Section):
     """Passes over each step's batch."""
     minibatches: int = Field(1, ge=1)
     """Optimizer steps per pass, each on its own part of the batch (PPO-style); with more than one, a forward
-    pass first gives the proximal log-probs (extra epochs on one minibatch reuse the first pass's)."""
+    pass over the samples of minibatches 2..k gives their proximal log-probs (the first minibatch's training
+    forward gives its own; extra epochs reuse the first pass's)."""
     micro_batch: int = Field(16, ge=1)
     """Samples per forward/backward pass; gradients accumulate over micro-batches."""
     grad_clip: float = Field(1.0, gt=0.0)
@@ -373,6 +377,11 @@ class AlgorithmConfig(_Section):
     zero), or `resample`: play freshly dealt groups in their place, keeping those with spread."""
     resample_rounds: int = Field(2, ge=1)
     """With zero_spread=resample: rounds of extra groups per step (each plays as many as are still flat)."""
+    dph_samples: int = Field(128, ge=1)
+    """With dph_divergence: rehearsal samples (ego turns of the initial policy's self-play, both seats) drawn at
+    the run's start, in rollouts of groups_per_step self-play groups before step 1 until there are as many."""
+    dph_batch: int = Field(16, ge=1)
+    """With dph_divergence: rehearsal samples in each optimizer step's DPH-RL term (a forward and backward each)."""
 
     @field_validator("advantage_mode")
     @classmethod
@@ -599,9 +608,7 @@ def _check_game_name(name: str) -> None:
 
 # Options in the schema whose feature has not been built yet: refused, never silently ignored.
 # Each entry: (key path, predicate on the value that means "asks for the unbuilt feature", why).
-_NOT_BUILT: list[tuple[str, Any, str]] = [
-    ("algorithm.dph_divergence", lambda v: v != "none", "DPH-RL rehearsal samples are not wired into the learner yet"),
-]
+_NOT_BUILT: list[tuple[str, Any, str]] = []
 
 
 def _cross_check(config: ExperimentConfig) -> None:
