@@ -1,11 +1,10 @@
-"""Process-wide defaults that must be set before torch or vLLM is imported: offline hub, one OpenMP thread, quiet logs."""
+"""Process-wide defaults that must be set before torch or vLLM is imported: one OpenMP thread, quiet logs.
+
+The Hugging Face Hub stays reachable (a `model.path` may be a Hub name); set `HF_HUB_OFFLINE=1` to keep it off."""
 
 import os
 
 _DEFAULTS = {
-    # No model hub is reachable: fail fast instead of ~17 s of look-ups.
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
     # With 2 threads small ops stall on a 2-core box; users can raise it.
     "OMP_NUM_THREADS": "1",
     "TOKENIZERS_PARALLELISM": "false",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -15,6 +16,7 @@ from games.opponents import opponent_names
 from strat.algorithm.estimators import advantage_names
 from strat.algorithm.reasoning import validate_format_penalty
 from strat.errors import ConfigError
+from strat.model import hub
 from strat.model.tiny import TinyModelSettings
 
 
@@ -66,10 +68,12 @@ class TinyConfig(_Section):
 
 
 class ModelConfig(_Section):
-    """The policy model: a Hugging Face model directory, or a tiny model built offline."""
+    """The policy model: a Hugging Face model directory or Hub name, or a tiny model built offline."""
 
     path: str = "tiny:kuhn_poker"
-    """A Hugging Face model directory, or `tiny:<game>` to build a tiny model offline."""
+    """A Hugging Face model directory; a Hub name `org/name` or `org/name@revision` (a branch, tag or commit), taken
+    from the Hugging Face cache (`HF_HOME`) or else downloaded, and pinned on loading to the commit found
+    (`org/name@<hash>`, what `config.yaml` records); or `tiny:<game>` to build a tiny model offline."""
     tiny: TinyConfig = Field(default_factory=TinyConfig)
     """Sizes of a `tiny:<game>` model; ignored for a model directory."""
     trust_remote_code: bool = False
@@ -82,8 +86,7 @@ class ModelConfig(_Section):
             game = value.split(":", 1)[1]
             _check_game_name(game)
             return value
-        _check_model_dir(value, "a local path or tiny:<game> is accepted")
-        return value
+        return _check_model_path(value, "a local path, a Hub name org/name[@revision] or tiny:<game> is accepted")
 
     @property
     def tiny_game(self) -> str | None:
@@ -159,6 +162,10 @@ class EngineConfig(_Section):
     readable at the same path from every node that runs an agent: node-local storage (e.g. /tmp,
     local NVMe) only when the learner and all agents share a node, a shared filesystem (NFS, Lustre,
     a mounted bucket) otherwise. Holds one copy of the model (the latest version)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Device of the hf engine (backend=hf, and `strat eval --backend hf`): `auto` puts it on the GPU when its
+    process sees one (an agent actor does only with resources.gpus_per_agent > 0), else on the CPU. vLLM picks
+    its own device."""
 
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -281,18 +288,20 @@ class ComparisonConfig(_Section):
     judge_engine: Literal["separate", "policy"] = "separate"
     """The judge gets its own engine; `policy` (circular: the policy judges itself) is explicit."""
     judge_model: str | None = None
-    """Model directory of the LLM judge (agreement=judge with judge_engine=separate); it runs on an engine of
-    `engine.backend`, greedy, in the comparator (which needs resources.gpus_comparator on a GPU run)."""
+    """Model directory or Hub name (pinned as `model.path` is) of the LLM judge (agreement=judge with
+    judge_engine=separate); it runs on an engine of `engine.backend`, greedy, in the comparator (which needs
+    resources.gpus_comparator on a GPU run)."""
     embedding_model: str | None = None
-    """Model directory of the embedder (agreement=embedding): the mean-pooled, L2-normalised last hidden
-    state of its transformers AutoModel; agreement is the cosine of the two texts' vectors, clipped to [0, 1]."""
+    """Model directory or Hub name (pinned as `model.path` is) of the embedder (agreement=embedding): the
+    mean-pooled, L2-normalised last hidden state of its transformers AutoModel; agreement is the cosine of the two
+    texts' vectors, clipped to [0, 1]."""
 
     @field_validator("judge_model", "embedding_model")
     @classmethod
     def _model_exists(cls, value: str | None) -> str | None:
-        if value is not None:
-            _check_model_dir(value, "a local Hugging Face model directory is accepted")
-        return value
+        if value is None:
+            return None
+        return _check_model_path(value, "a local Hugging Face model directory or a Hub name org/name is accepted")
 
 
 class AlgorithmConfig(_Section):
@@ -329,7 +338,10 @@ class AlgorithmConfig(_Section):
     policy/move_entropy). Keeps every move sampled at every information set, so that the groups keep seeing the
     alternatives, without loosening the reasoning's format as `entropy_coef` does."""
     dph_divergence: Literal["none", "forward_kl", "js"] = "none"
-    """DPH-RL: a mass-covering divergence to the initial policy (forward_kl or js); refused until its rehearsal samples are wired into the learner."""
+    """DPH-RL (arXiv 2509.07430): a mass-covering divergence (forward_kl or js) to the initial policy on rehearsal
+    samples of its self-play, drawn at the run's start (`dph_samples`) and stored in `<run_dir>/rehearsal.safetensors`;
+    every optimizer step adds `dph_eta` times it over `dph_batch` of them (logged as loss/dph, its time as
+    time/dph_s)."""
     dph_eta: float = Field(0.02, ge=0.0)
     """Weight of the DPH-RL divergence."""
     fiberpo: bool = False
@@ -346,7 +358,8 @@ class AlgorithmConfig(_Section):
     """Passes over each step's batch."""
     minibatches: int = Field(1, ge=1)
     """Optimizer steps per pass, each on its own part of the batch (PPO-style); with more than one, a forward
-    pass first gives the proximal log-probs (extra epochs on one minibatch reuse the first pass's)."""
+    pass over the samples of minibatches 2..k gives their proximal log-probs (the first minibatch's training
+    forward gives its own; extra epochs reuse the first pass's)."""
     micro_batch: int = Field(16, ge=1)
     """Samples per forward/backward pass; gradients accumulate over micro-batches."""
     grad_clip: float = Field(1.0, gt=0.0)
@@ -364,6 +377,11 @@ class AlgorithmConfig(_Section):
     zero), or `resample`: play freshly dealt groups in their place, keeping those with spread."""
     resample_rounds: int = Field(2, ge=1)
     """With zero_spread=resample: rounds of extra groups per step (each plays as many as are still flat)."""
+    dph_samples: int = Field(128, ge=1)
+    """With dph_divergence: rehearsal samples (ego turns of the initial policy's self-play, both seats) drawn at
+    the run's start, in rollouts of groups_per_step self-play groups before step 1 until there are as many."""
+    dph_batch: int = Field(16, ge=1)
+    """With dph_divergence: rehearsal samples in each optimizer step's DPH-RL term (a forward and backward each)."""
 
     @field_validator("advantage_mode")
     @classmethod
@@ -454,8 +472,22 @@ class EvalConfig(_Section):
     where one exists for the player count; [] for none. Each must differ from every trained-against opponent."""
 
 
+class WandbConfig(_Section):
+    """Weights & Biases tracking of a run (needs the `wandb` extra): metrics against the training step, the resolved
+    config, transcripts, the learning curves and the before/after table. `WANDB_MODE=offline` logs to disk only."""
+
+    project: str = Field("strat", min_length=1)
+    """W&B project the run is logged to."""
+    entity: str | None = None
+    """W&B entity (user or team); unset: the default entity of the logged-in account."""
+    group: str | None = None
+    """W&B group, to show related runs together (e.g. the seeds of one setting)."""
+    tags: list[str] = Field(default_factory=list)
+    """W&B tags of the run."""
+
+
 class LoggingConfig(_Section):
-    """TensorBoard, transcripts and the log level."""
+    """TensorBoard, Weights & Biases, transcripts and the log level."""
 
     tensorboard: bool = True
     """Also write TensorBoard events under <run_dir>/tensorboard."""
@@ -463,6 +495,8 @@ class LoggingConfig(_Section):
     """Write readable transcripts every N steps (0: never)."""
     level: Literal["debug", "info", "warning", "error"] = "info"
     """Log level of the driver's messages."""
+    wandb: WandbConfig | None = None
+    """Weights & Biases tracking (needs `pip install 'strat-reasoner[wandb]'`); unset: off."""
 
 
 class ExperimentConfig(_Section):
@@ -530,6 +564,14 @@ def agents_on_gpu(config: ExperimentConfig) -> bool:
     return config.engine.backend == "vllm" and config.resources.gpus_per_agent > 0
 
 
+def _check_model_path(value: str, accepted: str) -> str:
+    """A model directory that holds safetensors, or a Hub name pinned to its commit (`strat.model.hub`)."""
+    if hub.parse(value) is not None:
+        return hub.pin(value)
+    _check_model_dir(value, accepted)
+    return value
+
+
 def _check_model_dir(value: str, accepted: str) -> None:
     folder = Path(value).expanduser()
     if not folder.is_dir():
@@ -570,9 +612,7 @@ def _check_game_name(name: str) -> None:
 
 # Options in the schema whose feature has not been built yet: refused, never silently ignored.
 # Each entry: (key path, predicate on the value that means "asks for the unbuilt feature", why).
-_NOT_BUILT: list[tuple[str, Any, str]] = [
-    ("algorithm.dph_divergence", lambda v: v != "none", "DPH-RL rehearsal samples are not wired into the learner yet"),
-]
+_NOT_BUILT: list[tuple[str, Any, str]] = []
 
 
 def _cross_check(config: ExperimentConfig) -> None:
@@ -758,7 +798,17 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | tupl
     for text in overrides:
         parts, value = parse_override(text)
         _apply_override(tree, parts, value)
-    return from_dict(tree)
+    config = from_dict(tree)
+    _check_installed(config)
+    return config
+
+
+def _check_installed(config: ExperimentConfig) -> None:
+    """Optional packages a run asks for. Checked where a run is configured (check, train, resume), not where a saved
+    config is only read back (export, eval of a run directory)."""
+    if config.logging.wandb is not None and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("logging.wandb: wandb is not installed (pip install 'strat-reasoner[wandb]', "
+                          "or unset logging.wandb)")
 
 
 def to_yaml(config: ExperimentConfig) -> str:

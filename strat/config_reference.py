@@ -39,12 +39,15 @@ class Section:
 
 
 def _section_model(annotation: object) -> type[BaseModel] | None:
-    """The section class behind a field: `X` or `list[X]` for a section X, else None."""
+    """The section class behind a field: `X`, `list[X]` or `X | None` for a section X, else None."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     if typing.get_origin(annotation) is list:
         (item,) = typing.get_args(annotation)
         return _section_model(item)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        inner = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return _section_model(inner[0]) if len(inner) == 1 else None
     return None
 
 
@@ -88,6 +91,9 @@ def sections(model: type[BaseModel] = ExperimentConfig, prefix: str = "") -> Ite
             keys.append(Key(path, f"list of `{path_items}`", _default(info), info.description or inner.__doc__))
             nested.append((inner, f"{path_items}."))
         elif inner is not None:
+            if not info.is_required() and info.get_default() is None:
+                # An optional section (unset: off) is a key of its own as well.
+                keys.append(Key(path, "section | null", _default(info), info.description))
             nested.append((inner, f"{path}."))
         else:
             keys.append(Key(path, _type_name(info.annotation) + _bounds(info), _default(info), info.description))

@@ -5,7 +5,11 @@ from pathlib import Path
 
 import pytest
 
-import strat  # noqa: F401  (sets thread and offline defaults before torch is imported)
+# No Hugging Face Hub here: look-ups would only time out. Set before huggingface_hub is imported (it reads them once).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import strat  # noqa: F401  (sets thread defaults before torch is imported)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -212,7 +212,13 @@ def kl_penalty(
 
 
 def dph_generator(log_u: torch.Tensor, divergence: Literal["forward_kl", "js"]) -> torch.Tensor:
-    """DPH-RL f(u) from log u: forward KL u - log u - 1, JS u log u - (u + 1) log((u + 1) / 2)."""
+    """DPH-RL's f-divergence generator f(u) from log u, for samples y ~ pi_0 and u = pi_theta(y) / pi_0(y)
+    (arXiv 2509.07430, the mass-covering generators; `strat.train.rehearsal` explains the choice):
+
+    - forward KL(pi_0 || pi_theta) = E_{pi_0}[u - log u - 1];
+    - JS(pi_theta, pi_0) = 1/2 E_{pi_0}[u log u - (u + 1) log((u + 1) / 2)] (the generator is twice JS's).
+
+    log u is clamped to +-LOG_RATIO_CLAMP and f(u) to +-DIVERGENCE_CLAMP."""
     log_u = log_u.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     u = torch.exp(log_u)
     if divergence == "forward_kl":
@@ -323,7 +329,8 @@ def _policy_terms(
 def rehearsal_loss(
     config: LossConfig, logprobs: torch.Tensor, initial_logprobs: torch.Tensor, mask: torch.Tensor
 ) -> LossOutput:
-    """`dph_eta` x the DPH divergence on a batch of stored initial-policy samples."""
+    """`dph_eta` x the DPH divergence (`dph_generator`, aggregated like the surrogate) on a batch of stored
+    initial-policy samples, `initial_logprobs` being pi_0's log-probs of their tokens."""
     if config.dph_divergence == "none":
         raise ValueError("rehearsal_loss needs dph_divergence forward_kl or js, not 'none'")
     term = dph_rehearsal(logprobs, initial_logprobs, mask, config.dph_divergence, config.loss_agg)

@@ -21,9 +21,9 @@ from strat.algorithm.losses import policy_loss
 from strat.algorithm.reasoning import build_messages, decide, parse_response
 from strat.algorithm.records import TrainBatch, TrainSample
 from strat.benchmarks.results import GRPOBaseline, chunks
-from strat.engines.base import Generation, SamplingParams, stop_token_ids
-from strat.train.learner import sequence_logprobs
+from strat.engines.base import Generation, SamplingParams, chat_prompt_ids, stop_token_ids
 from strat.train.rollout import derive_seed
+from strat.train.sequences import sequence_logprobs
 
 
 @contextlib.contextmanager
@@ -46,8 +46,7 @@ def chat_encoder(tokenizer) -> Callable[[list[dict[str, str]]], list[int]]:
     """Chat messages -> prompt ids, as the rollout worker encodes them."""
 
     def encode(messages: list[dict[str, str]]) -> list[int]:
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        return chat_prompt_ids(tokenizer, messages)
 
     return encode
 

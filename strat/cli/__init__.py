@@ -2,6 +2,7 @@
 
 - `train.py`: check, config-reference, init-model, sft, train
 - `eval.py`: eval
+- `export.py`: export
 - `play.py`: play
 - `results.py`: results summarize, results table
 - `bench.py`: bench
@@ -15,6 +16,7 @@ from strat.cli.app import app, main
 from strat.cli.bench import bench
 from strat.cli.cluster import jobs_command, plan_command, submit_command
 from strat.cli.eval import eval_command
+from strat.cli.export import export_command
 from strat.cli.play import play
 from strat.cli.results import results_app
 from strat.cli.train import check, config_reference, init_model, sft, train
@@ -25,6 +27,7 @@ app.command("init-model")(init_model)
 app.command()(sft)
 app.command()(train)
 app.command("eval")(eval_command)
+app.command("export")(export_command)
 app.command()(play)
 app.command()(bench)
 app.command("plan")(plan_command)

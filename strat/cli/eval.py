@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from games.opponents import opponent_names
+from strat.config import parse_override
 from strat.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -18,6 +19,20 @@ if TYPE_CHECKING:
 
 def _split(values: Sequence[str] | None) -> list[str]:
     return [part.strip() for value in values or () for part in value.split(",") if part.strip()]
+
+
+def _game_options(values: Sequence[str] | None) -> dict[str, object]:
+    """`--game-option key=value` pairs, each value read as YAML (players=3 is the number 3)."""
+    options: dict[str, object] = {}
+    for text in values or ():
+        try:
+            parts, value = parse_override(text)
+        except ConfigError:
+            raise ConfigError(f"--game-option {text!r}: expected key=value, e.g. players=3") from None
+        if len(parts) != 1 or isinstance(value, (dict, list)) or value is None:
+            raise ConfigError(f"--game-option {text!r}: expected key=value with a plain value, e.g. players=3")
+        options[parts[0]] = value
+    return options
 
 
 def _default_out(policy: Policy, game: str, head: bool) -> Path:
@@ -45,23 +60,45 @@ def eval_command(
         Path | None, typer.Option(help="Output directory (default: RUN/eval/step_N, or eval/GAME/NAME).")
     ] = None,
     samples_per_infoset: Annotated[
-        int, typer.Option(min=0, help="LLM moves sampled per information set for exploitability (0: skip).")
-    ] = 16,
+        int | None,
+        typer.Option(
+            min=0,
+            help="LLM moves sampled per information set for exploitability (0: skip; default: the run's "
+            "eval.samples_per_infoset, else 16).",
+        ),
+    ] = None,
     bootstrap: Annotated[int, typer.Option(min=0, help="Bootstrap replicates for intervals.")] = 200,
     seed: Annotated[int, typer.Option(min=0, help="Seed of deals, sampling and bootstrap.")] = 0,
-    backend: Annotated[str, typer.Option(help="Inference engine for checkpoints: hf or vllm.")] = "hf",
+    backend: Annotated[
+        str | None, typer.Option(help="Inference engine for checkpoints: vllm or hf (default: vllm where installed).")
+    ] = None,
     transcripts: Annotated[int, typer.Option(min=0, help="Games per matchup shown in transcripts.html.")] = 4,
     head_to_head_policies: Annotated[
         list[str] | None,
         typer.Option("--head-to-head", help="Play these policies against each other (repeat, or comma-separate)."),
     ] = None,
+    depth: Annotated[
+        int | None, typer.Option(min=0, max=2, help="Reasoning depth of an LLM's prompts (default: its run's, else 2).")
+    ] = None,
+    game_option: Annotated[
+        list[str] | None,
+        typer.Option(help="Game option as key=value, e.g. players=3 (repeat; default: the run's options)."),
+    ] = None,
+    max_new_tokens: Annotated[
+        int | None, typer.Option(min=1, help="Most tokens of an LLM's response (default: its run's, else 128).")
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature of an LLM, above 0 (default: its run's, else 1.0).")
+    ] = None,
 ) -> Path:
     """Evaluate a policy against scripted opponents, or several policies head to head."""
     # Deferred: torch and the engines cost seconds to import, and `strat --help` registers this command.
+    from strat.engines import default_backend
     from strat.eval.evaluation import evaluate_policy, head_to_head
-    from strat.eval.policies import load_policy
+    from strat.eval.policies import ReasoningOverrides, load_policy
     from strat.eval.report import write_report
 
+    backend = backend or default_backend()
     if backend not in ("hf", "vllm"):
         raise ConfigError(f"--backend={backend!r}: unknown inference engine (allowed: hf, vllm)")
     contenders = _split(head_to_head_policies)
@@ -71,10 +108,13 @@ def eval_command(
         raise ConfigError("give either --policy or --head-to-head, not both")
     if contenders and len(contenders) < 2:
         raise ConfigError(f"--head-to-head needs at least two policies, got {contenders}")
+    options = _game_options(game_option)
+    overrides = ReasoningOverrides(depth=depth, max_new_tokens=max_new_tokens, temperature=temperature)
     loaded: list[Policy] = []
     try:
         for spec in contenders or [policy]:
-            loaded.append(load_policy(spec, game or (loaded[0].game if loaded else None), backend=backend))
+            chosen_game = game or (loaded[0].game if loaded else None)
+            loaded.append(load_policy(spec, chosen_game, options, backend=backend, overrides=overrides))
         first = loaded[0]
         if contenders:
             report, shown = head_to_head(loaded, games_per_opponent, seed, bootstrap, transcripts)
@@ -86,9 +126,8 @@ def eval_command(
                 raise ConfigError(
                     f"--opponents: {', '.join(unknown)} not available for {first.game} (allowed: {', '.join(allowed)})"
                 )
-            report, shown = evaluate_policy(
-                first, chosen, games_per_opponent, seed, samples_per_infoset, bootstrap, transcripts
-            )
+            samples = first.samples_per_infoset if samples_per_infoset is None else samples_per_infoset
+            report, shown = evaluate_policy(first, chosen, games_per_opponent, seed, samples, bootstrap, transcripts)
         target = out or _default_out(first, first.game, bool(contenders))
         run_dir = Path(first.info.run_dir) if not contenders and first.info.run_dir is not None else None
         write_report(report, target, shown, run_dir)

@@ -13,12 +13,15 @@ import games
 from games.opponents import opponent_names
 from games.play import play as play_game
 from strat.errors import UserError
+from strat.model import hub
 
 
 def play(
     game: Annotated[str, typer.Option(help="Game to play.")] = "kuhn_poker",
     opponent: Annotated[
-        str, typer.Option(help="Scripted opponent (random, heuristic, equilibrium, minimax), or a checkpoint or run dir.")
+        str,
+        typer.Option(help="Scripted opponent (random, heuristic, equilibrium, minimax), a checkpoint or run dir, or a "
+                          "Hub name org/name[@revision]."),
     ] = "random",
     seat: Annotated[int, typer.Option(help="Your seat (0 moves first).")] = 0,
     seed: Annotated[int | None, typer.Option(help="Seed of the deal and the opponent.")] = None,
@@ -30,10 +33,10 @@ def play(
     if opponent in opponent_names(game):
         play_game(game, opponent=opponent, seed=seed, human_seat=seat)
         return
-    if not Path(opponent).exists():
+    if not Path(opponent).exists() and hub.parse(opponent) is None:
         raise UserError(
             f"opponent {opponent!r} is neither a scripted opponent for {game} "
-            f"({', '.join(opponent_names(game))}) nor a checkpoint or run directory"
+            f"({', '.join(opponent_names(game))}) nor a checkpoint or run directory, nor a Hub name org/name"
         )
     from strat.eval.policies import load_policy  # deferred for start-up cost (torch, engines)
 

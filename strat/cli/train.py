@@ -22,9 +22,15 @@ from strat.model import tiny as tiny_model
 
 
 def check(config: ConfigArg, overrides: OverridesArg = None) -> None:
-    """Validate a config and print the resolved result (every default filled in)."""
+    """Validate a config, check that the game's longest prompt fits the context, and print the resolved result
+    (every default filled in); the context figures go to stderr."""
+    # Deferred for start-up cost (transformers; see the module docstring).
+    from strat.context_check import check_context, context_summary
+
     resolved = load(config, overrides)
+    found = check_context(resolved)
     typer.echo(to_yaml(resolved), nl=False)
+    typer.echo(context_summary(found, resolved), err=True)
 
 
 def init_model(

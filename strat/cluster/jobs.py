@@ -24,16 +24,16 @@ import yaml
 
 from strat.config import ExperimentConfig, load_config, parse_override
 from strat.errors import ConfigError, JobError
+from strat.model import hub
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
 
 Extra = Literal["cpu", "gpu", "none"]
 
-# HF_HUB_OFFLINE: clusters load checkpoints from disk; hub look-ups only cost time. The override lets
-# the trainer's own `ray.init(runtime_env=...)` repeat env vars of the job's runtime_env (Ray refuses
-# a job/driver env-var overlap otherwise).
-DEFAULT_JOB_ENV = {"HF_HUB_OFFLINE": "1", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
+# The override lets the trainer's own `ray.init(runtime_env=...)` repeat env vars of the job's runtime_env (Ray
+# refuses a job/driver env-var overlap otherwise). The Hub stays reachable: `--env HF_HUB_OFFLINE=1` turns it off.
+DEFAULT_JOB_ENV = {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
 SECRET_ENV_KEYS = frozenset({"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY"})
 WORKING_DIR_EXCLUDES = [".git", ".venv", "runs", "models", "**/__pycache__", "*.egg-info"]
 
@@ -112,7 +112,7 @@ def _explain(address: str, err: Exception, sent_token: bool, connecting: bool = 
 
 def validate(config_path: Path, overrides: list[str]) -> tuple[ExperimentConfig, tuple[str, ...]]:
     """Validate the config here before anything reaches the cluster. A model directory that exists
-    only on the cluster is accepted with a note."""
+    only on the cluster, or a Hub name this machine cannot resolve, is accepted with a note."""
     try:
         return load_config(config_path, overrides), ()
     except ConfigError as err:
@@ -120,7 +120,19 @@ def validate(config_path: Path, overrides: list[str]) -> tuple[ExperimentConfig,
             raise
         config = load_config(config_path, [*overrides, "model.path=tiny:kuhn_poker"])
         tree_path = _raw_model_path(config_path, overrides)
+        if hub.parse(tree_path) is not None:
+            note = (f"model.path={tree_path!r} is not resolvable here; the job resolves it on the cluster and its "
+                    "config.yaml records the revision")
+            return config, (note,)
         return config, (f"model.path={tree_path!r} is not a directory here; it must exist on the cluster",)
+
+
+def pinned_overrides(config: ExperimentConfig, overrides: list[str]) -> list[str]:
+    """`overrides` plus the model's Hub name pinned to the commit resolved here, so the job loads that revision."""
+    name = hub.parse(config.model.path)
+    if name is None or not name.pinned:
+        return list(overrides)
+    return [*overrides, f"model.path={config.model.path}"]
 
 
 def _raw_model_path(config_path: Path, overrides: list[str]) -> str:
@@ -212,7 +224,7 @@ def submit(
     config, notes = validate(config_path, overrides)
     if working_dir is not None and not working_dir.is_dir():
         raise JobError(f"--working-dir {working_dir}: not a directory")
-    command = entrypoint(_config_argument(config_path, working_dir, image), overrides)
+    command = entrypoint(_config_argument(config_path, working_dir, image), pinned_overrides(config, overrides))
     renv = runtime_env(extra, image, working_dir, env or {})
     client = connect(address)
     try:

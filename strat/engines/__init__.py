@@ -10,7 +10,7 @@ from typing import Any
 
 from strat.engines.base import Engine, Generation, SamplingParams
 
-__all__ = ["Engine", "EngineSettings", "Generation", "SamplingParams", "build_engine"]
+__all__ = ["Engine", "EngineSettings", "Generation", "SamplingParams", "build_engine", "default_backend", "resolve_device"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,23 @@ class EngineSettings:
     trust_remote_code: bool = False
     multiprocess: bool = False
     """Run vLLM's engine core in its own processes (weights then only through `load_weights_dir`)."""
+    device: str = "cpu"
+    """The hf engine's device: `cpu`, `cuda`, or `auto` (`resolve_device`). The config's `engine.device` is
+    `auto`; an engine built directly stays on the CPU unless asked."""
+
+
+def resolve_device(device: str) -> str:
+    """The hf engine's device: `auto` is `cuda` when this process sees a GPU, else `cpu`; others as given."""
+    if device != "auto":
+        return device
+    import torch  # deferred: seconds to import, and only the hf engine needs it here
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_backend() -> str:
+    """`vllm` where vLLM is installed, else `hf`."""
+    return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
 
 
 def build_engine(
@@ -44,7 +61,7 @@ def build_engine(
         # Each backend's module imports its library; only the chosen one is loaded (transformers takes seconds).
         from strat.engines.hf import HFEngine
 
-        return HFEngine(model_path, dtype=dtype, trust_remote_code=trust_remote_code)
+        return HFEngine(model_path, dtype=dtype, device=resolve_device(settings.device), trust_remote_code=trust_remote_code)
     if backend == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise RuntimeError("the vllm backend needs vLLM: install the `cpu` or `gpu` extra, or set engine.backend=hf")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -77,10 +79,7 @@ class Engine(ABC):
 
     def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
         """Token ids of chat messages in the model's template, ready for the assistant's turn."""
-        ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, Mapping):
-            ids = ids["input_ids"]
-        return list(ids)
+        return chat_prompt_ids(self.tokenizer, messages)
 
     def generate_chat(
         self, conversations: Sequence[Sequence[Mapping[str, str]]], params: SamplingParams
@@ -95,13 +94,70 @@ class Engine(ABC):
         self.close()
 
 
-def stop_token_ids(tokenizer) -> list[int]:
-    """End-of-turn ids: the tokenizer's eos and, for ChatML models, <|im_end|> and <|endoftext|>."""
-    ids = []
+_SYSTEM_PROBE = "strat-system-probe"
+_RENDERS_SYSTEM: dict[str | None, bool] = {}
+"""Whether a chat template (by its text) renders a system message; probed once per template."""
+
+
+def renders_system(tokenizer) -> bool:
+    """Whether the chat template renders a system message (some raise on one, some drop it silently)."""
+    template = tokenizer.chat_template
+    if template not in _RENDERS_SYSTEM:
+        probe = [{"role": "system", "content": _SYSTEM_PROBE}, {"role": "user", "content": "u"}]
+        try:
+            text = tokenizer.apply_chat_template(probe, add_generation_prompt=True, tokenize=False)
+        except Exception:  # noqa: BLE001  (jinja's TemplateError from raise_exception, or any template failure)
+            text = ""
+        _RENDERS_SYSTEM[template] = isinstance(text, str) and _SYSTEM_PROBE in text
+    return _RENDERS_SYSTEM[template]
+
+
+def chat_messages(tokenizer, messages: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """`messages` as the template takes them: without a system role, the system text opens the first user turn."""
+    messages = [dict(message) for message in messages]
+    if not any(m["role"] == "system" for m in messages) or renders_system(tokenizer):
+        return messages
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    rest = [m for m in messages if m["role"] != "system"]
+    first_user = next((i for i, m in enumerate(rest) if m["role"] == "user"), None)
+    if first_user is None:
+        return [{"role": "user", "content": system}, *rest]
+    rest[first_user] = {**rest[first_user], "content": f"{system}\n\n{rest[first_user]['content']}"}
+    return rest
+
+
+def chat_prompt_ids(tokenizer, messages: Sequence[Mapping[str, str]]) -> list[int]:
+    """Token ids of chat messages in the tokenizer's template (`chat_messages`), ready for the assistant's turn."""
+    ids = tokenizer.apply_chat_template(chat_messages(tokenizer, messages), add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, Mapping):
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+def generation_eos_ids(model_dir: str | os.PathLike[str] | None) -> list[int]:
+    """The end-of-turn ids in a model directory's `generation_config.json` (`eos_token_id`, an int or a list)."""
+    if model_dir is None:
+        return []
+    file = Path(model_dir) / "generation_config.json"
+    if not file.is_file():
+        return []
+    eos = json.loads(file.read_text()).get("eos_token_id")
+    if eos is None:
+        return []
+    return [int(eos)] if isinstance(eos, int) else [int(i) for i in eos]
+
+
+def stop_token_ids(tokenizer, model_dir: str | os.PathLike[str] | None = None) -> list[int]:
+    """End-of-turn ids: the tokenizer's eos, those of the model's `generation_config.json` (e.g. Gemma's
+    <end_of_turn>, Llama 3's <|eot_id|>) and, for ChatML models, <|im_end|> and <|endoftext|>."""
+    ids: list[int] = []
     for token in (tokenizer.eos_token, "<|im_end|>", "<|endoftext|>"):
         if token is None:
             continue
         token_id = tokenizer.convert_tokens_to_ids(token)
         if isinstance(token_id, int) and token_id != tokenizer.unk_token_id and token_id not in ids:
+            ids.append(token_id)
+    for token_id in generation_eos_ids(model_dir):
+        if token_id not in ids:
             ids.append(token_id)
     return ids

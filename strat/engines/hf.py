@@ -29,7 +29,7 @@ class HFEngine(Engine):
         ).to(device)
         self.model.eval()
         self.device = torch.device(device)
-        self._stop_ids = stop_token_ids(self._tokenizer)
+        self._stop_ids = stop_token_ids(self._tokenizer, model_path)
         pad = self._tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else self._stop_ids[0]
         self._weight_group = Membership()

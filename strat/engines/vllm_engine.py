@@ -74,7 +74,7 @@ class VLLMEngine(Engine):
             # The choice was this engine's: leave the process as it was for the next one.
             _restore_multiprocessing(previous)
         self._tokenizer = self.llm.get_tokenizer()
-        self._stop_ids = stop_token_ids(self._tokenizer)
+        self._stop_ids = stop_token_ids(self._tokenizer, model_path)
 
     @property
     def tokenizer(self):

@@ -24,6 +24,7 @@ from strat.engines.base import Generation, SamplingParams
 from strat.errors import ConfigError
 from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability, exact_estimate
 from strat.model import checkpoint as checkpoints
+from strat.model import hub
 from strat.train.rollout import Encode, Generate, RolloutRunner, RolloutSettings, derive_seed
 from strat.train.settings import rollout_settings
 
@@ -64,12 +65,25 @@ class Move:
     logprobs: tuple[float, ...] = ()
 
 
+@dataclass(frozen=True)
+class ReasoningOverrides:
+    """What `strat eval` sets over an LLM's reasoning format and sampling; None keeps its run's (or, for a bare
+    model directory, the config's default)."""
+
+    depth: int | None = None
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+
+
 class Policy(ABC):
     """A player for any seat of one game."""
 
     info: PolicyInfo
     game: str
     game_options: dict[str, object]
+    samples_per_infoset: int = 16
+    """Samples per information set of a sampled exploitability when none is asked for (an LLM from a run: the
+    run's `eval.samples_per_infoset`)."""
 
     @property
     def name(self) -> str:
@@ -146,6 +160,7 @@ class LLMPolicy(Policy):
             gpu_memory_utilization=engine_config.gpu_memory_utilization,
             seed=config.run.seed,
             trust_remote_code=config.model.trust_remote_code,
+            device=engine_config.device,
         )
         settings = rollout_settings(config)
         info = PolicyInfo(
@@ -161,7 +176,9 @@ class LLMPolicy(Policy):
             max_new_tokens=settings.max_tokens,
             format_penalty=settings.format_penalty,
         )
-        return cls(info, settings, engine.encode_chat, chunked(engine.generate, max_batch), engine.close)
+        policy = cls(info, settings, engine.encode_chat, chunked(engine.generate, max_batch), engine.close)
+        policy.samples_per_infoset = config.eval.samples_per_infoset
+        return policy
 
     def moves(self, located: Located, seed: int) -> list[Move]:
         settings = self.settings
@@ -222,14 +239,21 @@ def chunked(generate: Generate, max_batch: int) -> Generate:
 
 
 def load_policy(
-    spec: str, game: str | None, game_options: dict[str, object] | None = None, backend: str = "hf"
+    spec: str,
+    game: str | None,
+    game_options: dict[str, object] | None = None,
+    backend: str = "hf",
+    overrides: ReasoningOverrides | None = None,
 ) -> Policy:
-    """A policy from a scripted name, a checkpoint directory, or a run directory (its latest checkpoint).
+    """A policy from a scripted name, a checkpoint directory, a run directory (its latest checkpoint) or a Hugging
+    Face Hub name (`org/name[@revision]`, from the cache or downloaded).
 
-    An LLM plays in its run's reasoning format (`config.yaml` next to `checkpoints/`); the run's game is
-    used when `game` is None, and a different `game` is an error.
+    An LLM plays in its run's reasoning format (`config.yaml` next to `checkpoints/`) with `overrides` and
+    `game_options` set over it; the run's game is used when `game` is None, and a different `game` is an error.
+    A bare model directory starts from the config's defaults.
     """
-    path = Path(spec).expanduser()
+    hub_name = hub.parse(spec)
+    path = hub.local_dir(spec, "--policy") if hub_name is not None else Path(spec).expanduser()
     if not path.is_dir():
         if game is None:
             raise ConfigError(
@@ -242,10 +266,16 @@ def load_policy(
                 f"--policy={spec!r}: not a checkpoint or run directory, nor a scripted policy for {game} "
                 f"(scripted: {', '.join(allowed)})"
             )
+        try:
+            games.spec(game, **(game_options or {}))
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"--game-option: {err}") from None
         return ScriptedPolicy(spec, game, game_options)
     checkpoint, step, run_dir = resolve_checkpoint(path)
-    config = _run_config(checkpoint, run_dir, game, game_options)
+    config = _run_config(checkpoint, run_dir, game, game_options, overrides or ReasoningOverrides())
     name = f"{run_dir.name}@{step}" if run_dir is not None and step is not None else checkpoint.name
+    if hub_name is not None:
+        name = f"{hub_name.repo_id}@{checkpoint.name}"  # the snapshot directory is named by its commit
     return LLMPolicy.from_checkpoint(checkpoint, config, backend=backend, name=name, step=step, run_dir=run_dir)
 
 
@@ -273,9 +303,14 @@ def resolve_checkpoint(path: Path) -> tuple[Path, int | None, Path | None]:
 
 
 def _run_config(
-    checkpoint: Path, run_dir: Path | None, game: str | None, game_options: dict[str, object] | None
+    checkpoint: Path,
+    run_dir: Path | None,
+    game: str | None,
+    game_options: dict[str, object] | None,
+    overrides: ReasoningOverrides,
 ) -> ExperimentConfig:
-    """The run's resolved config with the model pointed at `checkpoint`; the defaults for a bare model."""
+    """The run's resolved config (the defaults for a bare model) with the model pointed at `checkpoint`, the
+    given game options merged over the run's, and `overrides` over its reasoning."""
     tree: dict = {}
     saved = run_dir / "config.yaml" if run_dir is not None else None
     if saved is not None and saved.is_file():
@@ -289,7 +324,11 @@ def _run_config(
             raise ConfigError(f"--game={game!r}: the checkpoint was trained on {trained}; evaluate it on {trained}")
         game_tree["name"] = game
     if game_options:
-        game_tree["options"] = dict(game_options)
+        game_tree["options"] = {**(game_tree.get("options") or {}), **game_options}
+    reasoning = tree.setdefault("reasoning", {})
+    for key, value in dataclasses.asdict(overrides).items():
+        if value is not None:
+            reasoning[key] = value
     return from_dict(tree)
 
 

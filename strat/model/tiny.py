@@ -14,6 +14,7 @@ from pathlib import Path
 
 import games
 from strat.algorithm.reasoning import corpus_texts
+from strat.model import hub
 
 # ChatML, as Qwen instruct models use it, so prompts look the same on tiny and real models.
 CHAT_TEMPLATE = (
@@ -174,7 +175,8 @@ def ensure(game: str, seed: int = 0, settings: TinyModelSettings = TinyModelSett
 
 
 def resolve_model_path(path: str, seed: int = 0, settings: TinyModelSettings = TinyModelSettings()) -> Path:
-    """A model directory for a config's `model.path` (`tiny:<game>` is built with `settings` and cached)."""
+    """A model directory for a config's `model.path`: `tiny:<game>` is built with `settings` and cached, a Hub
+    name is taken from the Hugging Face cache or downloaded (`strat.model.hub`)."""
     if path.startswith("tiny:"):
         return ensure(path.split(":", 1)[1], seed=seed, settings=settings)
-    return Path(path).expanduser()
+    return hub.local_dir(path)

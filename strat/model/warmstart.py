@@ -42,6 +42,7 @@ from strat.algorithm.reasoning import (
 from strat.algorithm.records import Sections
 from strat.config import WEAK_PLAYERS
 from strat.engines import SamplingParams, build_engine
+from strat.engines.base import chat_prompt_ids
 from strat.model.tiny import build_once, cache_dir
 
 if TYPE_CHECKING:
@@ -262,7 +263,7 @@ def _token_ids(encoded: object) -> list[int]:
 def encode_example(tokenizer, messages: Messages, response: str) -> tuple[list[int], list[int]]:
     """(input ids, labels): the chat prompt then the response and end-of-turn token; labels are IGNORE_INDEX on the
     prompt, so only the response is learned."""
-    prompt = _token_ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+    prompt = chat_prompt_ids(tokenizer, messages)
     target = _token_ids(tokenizer(response, add_special_tokens=False)) + [tokenizer.eos_token_id]
     return prompt + target, [IGNORE_INDEX] * len(prompt) + target
 

@@ -31,8 +31,9 @@ import math
 import os
 import random
 import shutil
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +48,15 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from strat.algorithm.losses import LossConfig, choice_entropy, policy_loss, token_entropy, token_logprobs
+from strat.algorithm.losses import LossConfig, policy_loss, rehearsal_loss
 from strat.algorithm.reasoning import move_mention_indices
 from strat.algorithm.records import TrainBatch, TrainSample
 from strat.engines.base import stop_token_ids
 from strat.model import checkpoint
 from strat.model.build import DTYPES, LoraSettings, add_lora, freeze, resolve_device, shard_model, wants_fsdp
 from strat.model.safetensors_io import replace_dir, write_safetensors
+from strat.train.rehearsal import draw_batch
+from strat.train.sequences import sequence_forward, sequence_logprobs, split_for_ranks
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class LearnerSettings:
     """The game's move names, for the move entropy bonus (`loss.move_entropy_coef`), which needs them."""
     freeze: tuple[str, ...] = ()
     """Parameters whose name contains one of these stay as loaded (no gradient, no optimizer state)."""
+    rehearsal_batch: int = 16
+    """DPH-RL (`loss.dph_divergence`): rehearsal samples drawn for each optimizer step's divergence term."""
 
     def __post_init__(self) -> None:
         if self.loss.move_entropy_coef > 0 and not self.move_names:
@@ -106,72 +111,6 @@ def _gather_rows(store: dict[int, torch.Tensor], rows: Sequence[int], like: torc
         values = store[position]
         out[row, : values.shape[0]] = values
     return out
-
-
-def sequence_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: float) -> torch.Tensor:
-    """Log-probs [B, R] of the response tokens under the temperature-scaled model (0 on padding)."""
-    return sequence_logprobs_and_entropy(model, batch, temperature, entropy=False)[0]
-
-
-def sequence_logprobs_and_entropy(
-    model: torch.nn.Module, batch: TrainBatch, temperature: float, entropy: bool = True
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs [B, R] of the response tokens and, with `entropy`, the policy's entropy [B, R] at each of
-    them, under the temperature-scaled model (0 on padding)."""
-    logprobs, values, _ = sequence_forward(model, batch, temperature, entropy=entropy)
-    return logprobs, values
-
-
-def sequence_forward(
-    model: torch.nn.Module,
-    batch: TrainBatch,
-    temperature: float,
-    entropy: bool = False,
-    candidates: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """As `sequence_logprobs_and_entropy`, and with `candidates` ([B, R, K] token ids, -1 for none) the entropy
-    [B, R] of the choice between each position's candidates (`losses.choice_entropy`)."""
-    input_ids = batch.input_ids
-    attention = batch.attention_mask.long()
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    response_len = batch.response_ids.shape[1]
-    # Logits at position p predict the token at p + 1, so the last R + 1 positions cover the response;
-    # computing only those keeps the vocabulary projection off the prompt.
-    logits = model(
-        input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=response_len + 1
-    ).logits
-    predicting = logits[:, :-1, :]
-    logprobs = token_logprobs(predicting, batch.response_ids, temperature)
-    logprobs = torch.where(batch.response_mask, logprobs, torch.zeros_like(logprobs))
-    values = choices = None
-    if entropy:
-        values = token_entropy(predicting, temperature)
-        values = torch.where(batch.response_mask, values, torch.zeros_like(values))
-    if candidates is not None:
-        choices = choice_entropy(predicting, candidates, temperature)
-        choices = torch.where(batch.response_mask, choices, torch.zeros_like(choices))
-    return logprobs, values, choices
-
-
-def split_for_ranks(samples: Sequence[TrainSample], world_size: int) -> list[list[TrainSample]]:
-    """Each data-parallel rank's part of a batch: balanced by tokens (prompt + response; longest first, each to
-    the lightest rank), every part in the batch's order. Deterministic, so that every rank computes the same
-    split. A part may be empty when there are fewer samples than ranks."""
-    if world_size < 1:
-        raise ValueError(f"world_size={world_size}: at least one rank is needed")
-    if world_size == 1:
-        return [list(samples)]
-
-    def tokens(index: int) -> int:
-        return len(samples[index].prompt_token_ids) + len(samples[index].response_token_ids)
-
-    loads = [0] * world_size
-    owners: list[list[int]] = [[] for _ in range(world_size)]
-    for index in sorted(range(len(samples)), key=lambda i: (-tokens(i), i)):
-        rank = min(range(world_size), key=lambda r: (loads[r], r))
-        loads[rank] += tokens(index)
-        owners[rank].append(index)
-    return [[samples[i] for i in sorted(indices)] for indices in owners]
 
 
 class PolicyLearner:
@@ -227,6 +166,8 @@ class PolicyLearner:
         self._move_tokens: tuple[list[int], list[int]] | None = None
         self.snapshot: dict[str, torch.Tensor] | None = None
         """The weights of the frozen snapshot opponent, kept so that a checkpoint can restore it."""
+        self.rehearsal: list[TrainSample] = []
+        """DPH-RL's rehearsal samples, their `behaviour_logprobs` the initial policy's (`set_rehearsal`)."""
 
     def _trainable(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -321,6 +262,28 @@ class PolicyLearner:
                 return self._frozen_logprobs(self.model, batch)
         return None
 
+    def _proximal_logprobs(self, steps: Sequence[tuple[int, int, list[tuple[list[int], TrainBatch, bool, Any]]]]
+                           ) -> dict[int, torch.Tensor]:
+        """Proximal log-probs (the weights at the update's start), by sample position, of the samples that later
+        steps train on and the first step does not: the first step's training forward, before its optimizer
+        step, gives the rest. With one minibatch nothing is left to compute; with k, the samples of minibatches
+        2..k (and, under FSDP2, those a rank owns only in a later epoch)."""
+        proximal: dict[int, torch.Tensor] = {}
+        if len(steps) < 2:  # the same on every rank: no collective below
+            return proximal
+        known = {row for rows, *_ in steps[0][2] for row in rows}
+        plan = []
+        for _, _, prepared in steps[1:]:
+            for rows, batch, _, _ in prepared:
+                plan.append((rows, batch, not known.issuperset(rows)))
+                known.update(rows)
+        # Under FSDP2 every forward is a collective: a micro-batch runs on every rank when one rank needs it.
+        wanted = self._sum_over_ranks([float(needed) for *_, needed in plan])
+        for (rows, batch, _), count in zip(plan, wanted, strict=True):
+            if count > 0:
+                _keep_rows(proximal, rows, self._frozen_logprobs(self.model, batch), batch.response_mask)
+        return proximal
+
     def update(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """One policy update on `samples`: `minibatches` optimizer steps per epoch, each on its own part of the
         batch (one step per epoch on the whole batch by default); returns diagnostics.
@@ -338,6 +301,10 @@ class PolicyLearner:
         gap_sum, gap_tokens, skipped = 0.0, 0, 0
         grad_norm: float | None = None
         move_bonus = settings.loss.move_entropy_coef > 0
+        rehearse = settings.loss.dph_divergence != "none"
+        if rehearse and not self.rehearsal:
+            raise ValueError(f"dph_divergence={settings.loss.dph_divergence!r} needs rehearsal samples (set_rehearsal)")
+        dph_seconds = 0.0
         position = {id(sample): index for index, sample in enumerate(samples)}
         # One entry per optimizer step: the minibatch's sample and token counts and its micro-batches, each
         # with the positions of its samples in the batch.
@@ -358,15 +325,7 @@ class PolicyLearner:
                     moves = self.move_choices(chunk, batch.response_ids.shape[1]) if move_bonus else None
                     prepared.append((rows, batch, counted, moves))
                 steps.append((len(minibatch), sum(len(s.response_token_ids) for s in minibatch), prepared))
-        # Proximal log-probs, per sample: the learner's weights at the start of this update. When the first step
-        # takes the whole batch (one minibatch), its training forward gives them for every later epoch too (the
-        # ranks then own the same samples in every epoch); with several minibatches, a forward pass first.
-        proximal: dict[int, torch.Tensor] = {}
-        if settings.minibatches > 1 and len(steps) > 1:
-            for _, _, prepared in steps:
-                for rows, batch, _, _ in prepared:
-                    # Every entry runs its forward, repeats too: under FSDP2 each is a collective on every rank.
-                    _keep_rows(proximal, rows, self._frozen_logprobs(self.model, batch), batch.response_mask)
+        proximal = self._proximal_logprobs(steps)
         for number, (step_samples, step_tokens, prepared) in enumerate(steps):
             self.optimizer.zero_grad(set_to_none=True)
             for rows, batch, counted, moves in prepared:
@@ -379,11 +338,9 @@ class PolicyLearner:
                         entropy=settings.loss.entropy_coef > 0,
                         candidates=moves[1] if moves is not None else None,
                     )
-                if all(row in proximal for row in rows):
-                    old = _gather_rows(proximal, rows, batch.behaviour_logprobs)
-                else:  # the first step, on the whole batch: the weights are still those of the update's start
-                    old = logprobs.detach()
-                    _keep_rows(proximal, rows, old, batch.response_mask)
+                if number == 0:  # before the first optimizer step: the weights are still those of the update's start
+                    _keep_rows(proximal, rows, logprobs.detach(), batch.response_mask)
+                old = _gather_rows(proximal, rows, batch.behaviour_logprobs)
                 if number < len(steps) // settings.epochs and counted:  # the first epoch's steps
                     mask = batch.response_mask
                     gap_sum += float((old - batch.behaviour_logprobs)[mask].abs().sum())
@@ -420,6 +377,10 @@ class PolicyLearner:
                     figures.append(("policy/move_entropy", out.move_entropy))
                 for name, value in figures:
                     sums[name] = sums.get(name, 0.0) + float(value.detach()) * share / len(steps)
+            if rehearse:
+                started = time.perf_counter()
+                sums["loss/dph"] = sums.get("loss/dph", 0.0) + self._rehearse(number) / len(steps)
+                dph_seconds += time.perf_counter() - started
             norm = torch.nn.utils.clip_grad_norm_(self._trainable(), settings.grad_clip)
             if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
                 norm = norm.full_tensor()
@@ -441,7 +402,55 @@ class PolicyLearner:
         sums["learn/tokens"] = float(total_tokens)
         sums["learn/skipped"] = float(skipped)
         sums["logprob/engine_learner_gap"] = gap_sum / max(gap_tokens, 1)
+        if rehearse:
+            sums["time/dph_s"] = dph_seconds
         return sums
+
+    def set_rehearsal(self, samples: Sequence[TrainSample], score: bool) -> list[TrainSample]:
+        """Keep `samples` as DPH-RL's rehearsal set, and return it. With `score`, their log-probs under the current
+        weights (the initial policy's, at a run's start) replace their behaviour log-probs first; every FSDP2 rank
+        runs the same forwards. Without, those already are the initial policy's (stored samples, on resume)."""
+        samples = [s for s in samples if s.response_token_ids]
+        if score:
+            scored = []
+            size = self.settings.micro_batch
+            for start in range(0, len(samples), size):
+                chunk = samples[start : start + size]
+                logprobs = self._frozen_logprobs(self.model, TrainBatch.collate(chunk, self.pad_id).to(self.device))
+                scored.extend(
+                    replace(sample, behaviour_logprobs=tuple(logprobs[row, : len(sample.response_token_ids)].tolist()))
+                    for row, sample in enumerate(chunk)
+                )
+            samples = scored
+        self.rehearsal = samples
+        return samples
+
+    def _rehearse(self, number: int) -> float:
+        """Optimizer step `number`'s DPH-RL term (`losses.rehearsal_loss`) on a batch drawn from the rehearsal set,
+        its gradient added to the step's; returns its value. Under FSDP2 each rank takes its part of the batch."""
+        settings = self.settings
+        drawn = draw_batch(self.rehearsal, settings.rehearsal_batch, settings.seed, self.updates, number)
+        size = settings.micro_batch
+        parts = split_for_ranks(drawn, self.world_size)
+        own = [parts[self.rank][i : i + size] for i in range(0, len(parts[self.rank]), size)]
+        rounds = max(math.ceil(len(part) / size) for part in parts)
+        tokens = sum(len(s.response_token_ids) for s in drawn)
+        value = 0.0
+        for index in range(rounds):
+            counted = index < len(own)
+            chunk = own[index] if counted else drawn[:1]  # every rank runs as many forwards (collectives)
+            batch = TrainBatch.collate(chunk, self.pad_id).to(self.device)
+            with self._autocast():
+                logprobs = sequence_logprobs(self.model, batch, settings.temperature)
+            out = rehearsal_loss(settings.loss, logprobs, batch.behaviour_logprobs, batch.response_mask)
+            if settings.loss.loss_agg == "seq_mean":
+                share = len(chunk) / len(drawn)
+            else:
+                share = int(batch.response_mask.sum()) / tokens
+            share *= float(counted)
+            (out.loss * (share * self.world_size)).backward()
+            value += float(out.loss.detach()) * share
+        return value
 
     def _sum_over_ranks(self, values: list[float]) -> list[float]:
         """The values summed over the FSDP2 ranks (a collective: every rank calls it); as they are on one process."""
@@ -523,7 +532,7 @@ class PolicyLearner:
         """Greedy completions (token ids, up to and including the end-of-turn token) from the training
         model itself, via transformers `generate`, one prompt at a time: what a synced engine must
         reproduce."""
-        stops = stop_token_ids(self.tokenizer)
+        stops = stop_token_ids(self.tokenizer, self.model_path)
         was_training = self.model.training
         self.model.eval()
         outputs = []

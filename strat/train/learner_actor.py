@@ -75,6 +75,10 @@ class Learner:
     def update(self, samples: list[TrainSample]) -> dict[str, float]:
         return self._policy().update(samples)
 
+    def set_rehearsal(self, samples: list[TrainSample], score: bool) -> list[TrainSample]:
+        """DPH-RL's rehearsal samples (`PolicyLearner.set_rehearsal`); with `score`, scored at the current weights."""
+        return self._policy().set_rehearsal(samples, score)
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The merged weights (empty on ranks other than 0, which only take part in gathering them)."""
         return self._policy().state_dict()
@@ -151,7 +155,7 @@ class LearnerGroup:
     all of them) and returns rank 0's ObjectRef; `group.get(ref)` waits for every rank and raises the first
     rank's failure as soon as it happens. With one rank it is that one actor."""
 
-    METHODS = ("ready", "update", "state_dict", "take_snapshot", "export_weights_dir", "take_snapshot_dir",
+    METHODS = ("ready", "update", "set_rehearsal", "state_dict", "take_snapshot", "export_weights_dir", "take_snapshot_dir",
                "stage_weights", "stage_snapshot", "greedy", "save", "load")
 
     def __init__(self, ranks: list[Any]) -> None:

@@ -8,21 +8,27 @@ import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.tensorboard import SummaryWriter
 
+if TYPE_CHECKING:
+    from strat.train.tracking import WandbTracker
+
 
 class MetricsLog:
-    """Appends step records; on resume, lines after the resumed step are dropped so none repeats."""
+    """Appends step records; on resume, lines after the resumed step are dropped so none repeats. Each record also
+    goes to TensorBoard and, when there is one, to the run's W&B tracker (`strat.train.tracking`)."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None) -> None:
+    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None,
+                 tracker: WandbTracker | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
         if resume_step is not None and self.path.exists():
             _truncate_after(self.path, resume_step)
         self._writer = None
         if tensorboard:
             self._writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        self.tracker = tracker
 
     def write(self, record: dict[str, Any]) -> None:
         step = int(record["step"])
@@ -34,10 +40,17 @@ class MetricsLog:
                 if key != "step" and isinstance(value, (int, float)) and value is not None:
                     self._writer.add_scalar(key, value, step)
             self._writer.flush()
+        if self.tracker is not None:
+            self.tracker.log(clean)
 
-    def close(self) -> None:
+    def close(self, complete: bool = True) -> None:
+        """Flush and close the outputs; `complete` is False when the run failed. A second call does nothing."""
         if self._writer is not None:
             self._writer.close()
+            self._writer = None
+        if self.tracker is not None:
+            self.tracker.close(complete)
+            self.tracker = None
 
 
 class PhaseTimer:

@@ -10,6 +10,7 @@ from transformers import AutoTokenizer
 import strat  # noqa: F401
 from strat.algorithm.records import Episode
 from strat.engines import Generation, SamplingParams
+from strat.engines.base import chat_prompt_ids
 from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability
 from strat.train.rollout import GroupPlan, RolloutRunner, RolloutSettings, evaluate_vs
 
@@ -22,8 +23,7 @@ class RolloutWorker:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
 
         def encode(messages: list[dict[str, str]]) -> list[int]:
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+            return chat_prompt_ids(tokenizer, messages)
 
         def remote(handle: Any):
             def generate(prompts: list[list[int]], params: SamplingParams) -> list[Generation]:

@@ -11,6 +11,7 @@ from strat.algorithm.advantage import AdvantageConfig
 from strat.algorithm.losses import LossConfig
 from strat.config import ExperimentConfig
 from strat.engines import EngineSettings
+from strat.model import hub
 from strat.model.build import LoraSettings
 from strat.model.tiny import TinyModelSettings, resolve_model_path
 from strat.model.warmstart import WarmStartSettings
@@ -70,6 +71,7 @@ def learner_settings(config: ExperimentConfig) -> LearnerSettings:
         export_dtype=config.engine.dtype,
         move_names=tuple(games.make(config.game.name, **config.game.options).all_action_names()),
         freeze=tuple(config.learner.freeze),
+        rehearsal_batch=algo.dph_batch,
     )
 
 
@@ -93,6 +95,7 @@ def engine_settings(config: ExperimentConfig) -> EngineSettings:
         seed=config.run.seed,
         trust_remote_code=config.model.trust_remote_code,
         multiprocess=config.engine.multiprocess,
+        device=config.engine.device,
     )
 
 
@@ -100,10 +103,12 @@ def agreement_settings(config: ExperimentConfig) -> AgreementSettings:
     """How the comparator scores agreement; a separate judge's engine is built as the agents' are, on one device
     and without running code shipped with the judge's checkpoint."""
     comparison = config.comparison
+    key = "judge_model" if comparison.agreement == "judge" else "embedding_model"
+    model = getattr(comparison, key)
     return AgreementSettings(
         method=comparison.agreement,
         judge_engine=comparison.judge_engine,
-        model_dir=comparison.judge_model if comparison.agreement == "judge" else comparison.embedding_model,
+        model_dir=None if model is None else str(hub.local_dir(model, f"comparison.{key}")),
         backend=config.engine.backend,
         engine=dataclasses.replace(engine_settings(config), tensor_parallel_size=1, trust_remote_code=False),
     )

@@ -24,8 +24,9 @@ from strat.algorithm.advantage import (
     replace_zero_spread_groups,
     zero_spread_group_ids,
 )
-from strat.algorithm.records import Episode, ScoredEpisode
+from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
 from strat.config import ExperimentConfig, held_out_opponents, load_config, save_resolved
+from strat.context_check import check_context, context_summary
 from strat.errors import ConfigError, RunAborted
 from strat.eval.exploitability import exploitable
 from strat.eval.stats import mean_interval
@@ -35,13 +36,16 @@ from strat.train.faults import injected_steps
 from strat.train.fleet import Fleet, Share, actor_died
 from strat.train.metrics import EpisodeLedger, MetricsLog, PhaseTimer
 from strat.train.ray_node import start_ray
-from strat.train.rollout import derive_seed, plan_groups
+from strat.train.rehearsal import REHEARSAL_ROUNDS, episode_samples, load_rehearsal, save_rehearsal
+from strat.train.resume import resume_with_overrides
+from strat.train.rollout import OpponentChoice, derive_seed, plan_groups
 from strat.train.settings import (
     advantage_config,
     base_model_path,
     rollout_settings,
     warm_start_settings,
 )
+from strat.train.tracking import open_tracker
 from strat.train.transcripts import render_transcripts
 
 log = logging.getLogger("strat.train")
@@ -141,6 +145,7 @@ class Trainer:
         SIGTERM (a scheduler's pre-emption) finishes the current step, writes a checkpoint and
         returns early (`stop_signal` says so); a second SIGTERM aborts at once."""
         self._prepare_run_dir()
+        stored = self._stored_rehearsal()
         log.info("run directory: %s", self.run_dir)
         self.model_path = str(self.initial_model_path(self.config))
         log.info("policy starts from %s", self.model_path)
@@ -151,7 +156,9 @@ class Trainer:
         try:
             self._start_actors()
             resume_step = self._restore() if self.resume else None
-            self.metrics = MetricsLog(self.run_dir, self.config.logging.tensorboard, resume_step)
+            self._prepare_rehearsal(stored)
+            self.metrics = MetricsLog(self.run_dir, self.config.logging.tensorboard, resume_step,
+                                      open_tracker(self.config, self.run_dir))
             self.ledger = EpisodeLedger(self.run_dir, resume_step)
             records = []
             if self.step == 0 and self.config.schedule.eval_every > 0 and self.stop_signal is None:
@@ -165,6 +172,8 @@ class Trainer:
             self.metrics.close()
             return records
         finally:
+            if getattr(self, "metrics", None) is not None:
+                self.metrics.close(complete=False)  # after a failure; closed already when the run finished
             self._stop_actors()
             self._stop_ray()
             self._restore_signal_handler(previous)
@@ -272,6 +281,39 @@ class Trainer:
         self.sync.restore(self.step, int(loop_state.get("snapshot_step", 0)), latest.path)
         log.info("resumed from %s (step %d)", latest.path, latest.step)
         return latest.step
+
+    def _stored_rehearsal(self) -> list[TrainSample] | None:
+        """On resume with DPH-RL, the rehearsal samples stored at the run's start (checked before any actor starts)."""
+        if self.resume and self.config.algorithm.dph_divergence != "none":
+            return load_rehearsal(self.run_dir)
+        return None
+
+    def _prepare_rehearsal(self, stored: list[TrainSample] | None) -> None:
+        """DPH-RL's rehearsal samples to the learner: on resume the stored ones, else turns of the initial policy's
+        self-play, played now in rounds of `groups_per_step` groups (step 0's seeds, apart from training's), scored
+        by the learner at its initial weights and stored in the run directory."""
+        algo = self.config.algorithm
+        if algo.dph_divergence == "none":
+            return
+        if stored is not None:
+            self.fleet.learner_get(self.learner.set_rehearsal.remote(stored, False))
+            return
+        settings = dataclasses.replace(rollout_settings(self.config), opponents=(OpponentChoice("self"),))
+        episodes: list[Episode] = []
+        for round_index in range(1, REHEARSAL_ROUNDS + 1):
+            shares = [
+                self.fleet.launch(index, plan_groups(settings, self.config.run.seed, 0, index, count, round_index),
+                                  derive_seed(self.config.run.seed, "rehearsal", index, round_index))
+                for index, count in enumerate(self.fleet.split(algo.groups_per_step)) if count > 0
+            ]
+            episodes += self.fleet.gather(shares, "rehearsal rollout")
+            if len(episode_samples(episodes, algo.dph_samples)) >= algo.dph_samples:
+                break
+        samples = episode_samples(episodes, algo.dph_samples)
+        scored = self.fleet.learner_get(self.learner.set_rehearsal.remote(samples, True))
+        record = save_rehearsal(self.run_dir, scored)
+        log.info("DPH-RL: %d rehearsal samples of the initial policy's self-play stored (sha256 %s)",
+                 record.samples, record.sha256[:12])
 
     def _comparator_get(self, episodes: list[Episode]) -> list[ScoredEpisode]:
         """Scores from the comparator; its death ends the run after a checkpoint of the last step. An agent
@@ -518,21 +560,25 @@ class Trainer:
         folder = self.run_dir / "samples"
         folder.mkdir(exist_ok=True)
         (folder / f"step_{step}.md").write_text(render_transcripts(scored, step))
+        if self.metrics.tracker is not None:
+            self.metrics.tracker.log_transcripts(step, scored)
 
 
 def train(config_path: str | None, overrides: list[str], address: str | None = None, resume: str | None = None,
           on_start: Callable[[int], None] | None = None,
           on_step: Callable[[dict[str, Any]], None] | None = None) -> tuple[Path, list[dict[str, Any]]]:
-    """`strat train`: load (or, on resume, reload) the config, then run. Returns the run dir and records."""
+    """`strat train`: load (or, on resume, reload) the config, then run. Returns the run dir and records. On resume
+    only some overrides are accepted, and those that change something are recorded (`strat.train.resume`)."""
     if resume is not None:
         run_dir = Path(resume)
         saved = run_dir / "config.yaml"
         if not saved.is_file():
             raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
-        config = load_config(saved, overrides)
+        config = resume_with_overrides(run_dir, overrides)
     else:
         config = load_config(config_path, overrides)
         run_dir = config.run_dir
+    log.info(context_summary(check_context(config), config))
     trainer = Trainer(config, run_dir, address=address, resume=resume is not None)
     if on_start is not None:
         on_start(config.schedule.steps)

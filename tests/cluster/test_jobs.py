@@ -22,7 +22,7 @@ def test_runtime_env_with_working_dir_installs_the_extra() -> None:
     env = jobs.runtime_env("gpu", None, REPO, {"HF_HOME": "/shared/hf"})
     assert env["working_dir"] == str(REPO) and ".venv" in env["excludes"]
     assert "vllm==0.32.0" in env["pip"] and "ray[default]==2.60.0" in env["pip"]
-    assert env["env_vars"] == {"HF_HUB_OFFLINE": "1", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1", "HF_HOME": "/shared/hf"}
+    assert env["env_vars"] == {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1", "HF_HOME": "/shared/hf"}
 
 
 def test_runtime_env_with_an_image_has_only_the_image_and_env_vars() -> None:

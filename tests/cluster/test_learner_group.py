@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 from strat.algorithm.records import TrainSample
 from strat.model import checkpoint
 from strat.model.build import LoraSettings
-from strat.train.learner import LearnerSettings, PolicyLearner, split_for_ranks
+from strat.train.learner import LearnerSettings, PolicyLearner
+from strat.train.sequences import split_for_ranks
 
 from .sync_helpers import prompts_for, target_response
 

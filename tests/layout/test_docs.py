@@ -61,4 +61,4 @@ def test_readme_command_runs(line: str, tmp_path: Path) -> None:
 
 def test_the_readme_shows_the_verbs() -> None:
     verbs = {shlex.split(line)[1] for line in COMMANDS}
-    assert {"check", "train", "eval", "play", "sft", "init-model", "bench", "plan", "submit", "jobs"} <= verbs
+    assert {"check", "train", "eval", "play", "sft", "init-model", "bench", "plan", "submit", "jobs", "export"} <= verbs

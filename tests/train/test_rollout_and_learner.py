@@ -12,14 +12,9 @@ from strat.algorithm.comparison import ComparisonWeights, score_episodes
 from strat.algorithm.losses import LossConfig
 from strat.algorithm.records import TrainBatch, TrainSample
 from strat.engines import build_engine
-from strat.train.learner import (
-    LearnerSettings,
-    PolicyLearner,
-    sequence_forward,
-    sequence_logprobs,
-    sequence_logprobs_and_entropy,
-)
+from strat.train.learner import LearnerSettings, PolicyLearner
 from strat.train.rollout import OpponentChoice, RolloutRunner, RolloutSettings, derive_seed, plan_groups
+from strat.train.sequences import sequence_forward, sequence_logprobs, sequence_logprobs_and_entropy
 
 SETTINGS = RolloutSettings(game="kuhn_poker", depth=2, group_size=3, max_tokens=24, format_penalty=-3.0)
 

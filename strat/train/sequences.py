@@ -1,0 +1,77 @@
+"""How a batch of samples meets the model: the response tokens' log-probs (and entropies) under the
+temperature-scaled policy, and each data-parallel rank's part of a batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from strat.algorithm.losses import choice_entropy, token_entropy, token_logprobs
+from strat.algorithm.records import TrainBatch, TrainSample
+
+
+def sequence_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: float) -> torch.Tensor:
+    """Log-probs [B, R] of the response tokens under the temperature-scaled model (0 on padding)."""
+    return sequence_logprobs_and_entropy(model, batch, temperature, entropy=False)[0]
+
+
+def sequence_logprobs_and_entropy(
+    model: torch.nn.Module, batch: TrainBatch, temperature: float, entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs [B, R] of the response tokens and, with `entropy`, the policy's entropy [B, R] at each of
+    them, under the temperature-scaled model (0 on padding)."""
+    logprobs, values, _ = sequence_forward(model, batch, temperature, entropy=entropy)
+    return logprobs, values
+
+
+def sequence_forward(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    temperature: float,
+    entropy: bool = False,
+    candidates: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """As `sequence_logprobs_and_entropy`, and with `candidates` ([B, R, K] token ids, -1 for none) the entropy
+    [B, R] of the choice between each position's candidates (`losses.choice_entropy`)."""
+    input_ids = batch.input_ids
+    attention = batch.attention_mask.long()
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    response_len = batch.response_ids.shape[1]
+    # Logits at position p predict the token at p + 1, so the last R + 1 positions cover the response;
+    # computing only those keeps the vocabulary projection off the prompt.
+    logits = model(
+        input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=response_len + 1
+    ).logits
+    predicting = logits[:, :-1, :]
+    logprobs = token_logprobs(predicting, batch.response_ids, temperature)
+    logprobs = torch.where(batch.response_mask, logprobs, torch.zeros_like(logprobs))
+    values = choices = None
+    if entropy:
+        values = token_entropy(predicting, temperature)
+        values = torch.where(batch.response_mask, values, torch.zeros_like(values))
+    if candidates is not None:
+        choices = choice_entropy(predicting, candidates, temperature)
+        choices = torch.where(batch.response_mask, choices, torch.zeros_like(choices))
+    return logprobs, values, choices
+
+
+def split_for_ranks(samples: Sequence[TrainSample], world_size: int) -> list[list[TrainSample]]:
+    """Each data-parallel rank's part of a batch: balanced by tokens (prompt + response; longest first, each to
+    the lightest rank), every part in the batch's order. Deterministic, so that every rank computes the same
+    split. A part may be empty when there are fewer samples than ranks."""
+    if world_size < 1:
+        raise ValueError(f"world_size={world_size}: at least one rank is needed")
+    if world_size == 1:
+        return [list(samples)]
+
+    def tokens(index: int) -> int:
+        return len(samples[index].prompt_token_ids) + len(samples[index].response_token_ids)
+
+    loads = [0] * world_size
+    owners: list[list[int]] = [[] for _ in range(world_size)]
+    for index in sorted(range(len(samples)), key=lambda i: (-tokens(i), i)):
+        rank = min(range(world_size), key=lambda r: (loads[r], r))
+        loads[rank] += tokens(index)
+        owners[rank].append(index)
+    return [[samples[i] for i in sorted(indices)] for indices in owners]

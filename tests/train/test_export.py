@@ -1,0 +1,234 @@
+"""`strat export`: a short training run's checkpoint as a Hugging Face model directory that transformers and vLLM load
+with the checkpoint's greedy output, a card whose figures are metrics.jsonl's, LoRA merged, and refusals."""
+
+import ast
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import ray
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import games
+from strat import cli
+from strat.algorithm.reasoning import build_messages
+from strat.config import load_config, save_resolved
+from strat.engines import SamplingParams, build_engine
+from strat.engines.base import stop_token_ids
+from strat.model import checkpoint
+from strat.model.build import LoraSettings
+from strat.model.export import export_run
+from strat.train import metrics
+from strat.train.learner import LearnerSettings, PolicyLearner
+from strat.train.resume import OverrideChange, ResumeOverrides
+from strat.train.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"
+SHORT = [
+    "engine.backend=hf", "schedule.max_staleness=0", "schedule.steps=2", "schedule.eval_every=2",
+    "schedule.checkpoint_every=2", "eval.games=6", "eval.samples_per_infoset=2", "eval.bootstrap=5",
+    "logging.samples_every=1", "logging.tensorboard=false", "warm_start.enabled=false", "algorithm.groups_per_step=2",
+    "algorithm.group_size=3", "reasoning.max_new_tokens=24", "algorithm.lr=0.01",
+]
+TRAINING_STATE = {"optimizer.pt", "rng.json", "loop_state.json", checkpoint.COMPLETE, "snapshot", "adapter"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[Path]:
+    """The run directory of a 2-step hf run on the tiny model (evaluated before and after, transcripts every step)."""
+    output = tmp_path_factory.mktemp("runs")
+    config = load_config(DEFAULT, [f"model.path={tiny_model_dir}", f"run.output_dir={output}", *SHORT])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        Trainer(config, config.run_dir).run()
+    finally:
+        ray.shutdown()
+    yield config.run_dir
+
+
+@pytest.fixture(scope="module")
+def exported(trained: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("exports") / "kuhn_policy"
+    assert cli.main(["export", str(trained), "--out", str(out)]) == 0
+    return out
+
+
+def _prompts(tokenizer) -> list[list[int]]:
+    """Both seats' first prompts of a few Kuhn deals, in the tokenizer's chat template."""
+    prompts = []
+    for seed in range(3):
+        env = games.make("kuhn_poker")
+        env.reset(seed=seed)
+        ids = tokenizer.apply_chat_template(build_messages(env, env.agent_selection, 2), add_generation_prompt=True,
+                                            tokenize=True)
+        prompts.append(list(ids["input_ids"]))
+    return prompts
+
+
+def _greedy(model, prompt: list[int], **kwargs) -> list[int]:
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, **kwargs)
+    return out[0, len(prompt):].tolist()
+
+
+def test_export_is_a_clean_model_directory_with_the_checkpoints_greedy_output(trained: Path, exported: Path) -> None:
+    ckpt = checkpoint.latest(trained)
+    names = {p.name for p in exported.iterdir()}
+    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "chat_template.jinja",
+            "README.md"} <= names
+    assert not names & TRAINING_STATE
+    assert not list(exported.parent.glob(".*partial*")), "no staging directory left behind"
+    trained_weights, weights = load_file(ckpt.path / "model.safetensors"), load_file(exported / "model.safetensors")
+    assert weights.keys() == trained_weights.keys()
+    assert all(torch.equal(weights[k], trained_weights[k]) for k in weights)
+
+    source_tokenizer, tokenizer = AutoTokenizer.from_pretrained(ckpt.path), AutoTokenizer.from_pretrained(exported)
+    prompts = _prompts(tokenizer)
+    assert prompts == _prompts(source_tokenizer), "the same chat template"
+    reference = AutoModelForCausalLM.from_pretrained(ckpt.path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32).eval()
+    stops = stop_token_ids(source_tokenizer)
+    for prompt in prompts:
+        expected = _greedy(reference, prompt, max_new_tokens=24, eos_token_id=stops, pad_token_id=stops[-1])
+        # The export stops and limits itself by its generation_config.json alone.
+        assert _greedy(model, prompt) == expected
+
+
+@pytest.mark.slow
+def test_export_loads_in_vllm_with_the_checkpoints_greedy_output(trained: Path, exported: Path) -> None:
+    params = SamplingParams(max_tokens=24, temperature=0)
+    with build_engine("hf", checkpoint.latest(trained).path, max_model_len=512) as engine:
+        prompts = _prompts(engine.tokenizer)
+        expected = [g.token_ids for g in engine.generate(prompts, params)]
+    with build_engine("vllm", exported, max_model_len=512) as engine:
+        assert [g.token_ids for g in engine.generate(prompts, params)] == expected
+
+
+def _table(card: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in card.split("## Evaluation", 1)[1].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) > 1:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_card_figures_are_those_of_metrics_jsonl(trained: Path, exported: Path, tiny_model_dir: Path) -> None:
+    card = (exported / "README.md").read_text()
+    logged = {r["step"]: r for r in metrics.read(trained) if "eval/return_vs_random" in r}
+    assert sorted(logged) == [0, 2]
+    rows = _table(card)
+    assert rows["measure"] == ["before training (step 0)", "step 2"]
+    for column, step in enumerate((0, 2)):
+        record = logged[step]
+        mean, half = (float(x) for x in re.fullmatch(r"(\S+) ± (\S+)", rows["return vs random"][column]).groups())
+        assert (mean, half) == (round(record["eval/return_vs_random"], 4), round(record["eval/return_vs_random_ci"], 4))
+        assert float(rows["win rate vs random"][column]) == round(record["eval/win_rate_vs_random"], 4)
+        value, low, high = (float(x) for x in re.fullmatch(r"(\S+) \[(\S+), (\S+)\]",
+                                                             rows["exploitability"][column]).groups())
+        assert [value, low, high] == [round(x, 4) for x in (record["eval/exploitability"],
+                                                           *record["eval/exploitability_ci"])]
+    for fact in (f"base model: `{tiny_model_dir}`", "game: `kuhn_poker` with options: the defaults",
+                 "| reasoning depth | 2 ", "| advantage mode | hybrid |", "| lam (process weight) | 0.5 |",
+                 "| group shape | 3 episodes per group x 2 groups per step |", "| learning rate | 0.01 ",
+                 "clipped surrogate", "Trained for 2 steps", "fine-tuning: all weights"):
+        assert fact in card
+
+
+def test_card_example_is_a_sampled_turn_with_its_own_prompt(trained: Path, exported: Path) -> None:
+    card = (exported / "README.md").read_text()
+    episode = re.search(r"sampled in training at step 2 \(samples/step_2\.md, episode (\S+)\)", card).group(1)
+    transcript = (trained / "samples" / "step_2.md").read_text()
+    block = transcript.split(f"## {episode} ", 1)[1].split("\n## ", 1)[0]
+    agent = re.search(r"### turn 0: (\S+) plays", block).group(1)
+    held = re.search(rf"{agent}: (\w+)", block.split("\n")[1]).group(1)  # "Private information: player_0: Queen; ..."
+    fences = re.findall(r"````text\n(.*?)\n````", card, re.DOTALL)
+    prompt, response = fences
+    assert f"You are player {agent[-1]}. You hold the {held}." in prompt
+    raw = ast.literal_eval(re.search(r"- raw response: (.*)", block).group(1))
+    assert response == re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", raw)
+
+
+def test_card_lists_the_changes_made_on_resume_before_the_exported_step(trained: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "resumed"
+    shutil.copytree(trained, run_dir)
+    changes = [ResumeOverrides(1, (OverrideChange("algorithm.lr", 0.02, 0.01),)),
+               ResumeOverrides(2, (OverrideChange("schedule.steps", 2, 4),))]  # after step 2: not in these weights
+    (run_dir / "overrides.jsonl").write_text("".join(json.dumps(asdict(c)) + "\n" for c in changes))
+    card = (export_run(run_dir, tmp_path / "out").out / "README.md").read_text()
+    assert "- resumed after step 1 with `algorithm.lr` 0.02 -> 0.01\n" in card
+    assert "schedule.steps` 2 -> 4" not in card
+
+
+def _refused(capsys, argv: list[str]) -> str:
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_refusals(capsys, trained: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert "no run directory at" in _refused(capsys, ["export", str(tmp_path / "nowhere"), "--out", str(out)])
+    assert "--step 7: no checkpoint of that step" in _refused(capsys, ["export", str(trained), "--out", str(out),
+                                                                      "--step", "7"])
+    # A copy of the run whose step-4 checkpoint was interrupted (no COMPLETE marker) and whose step 2 is gone.
+    broken = tmp_path / "broken"
+    shutil.copytree(trained, broken)
+    step_2 = broken / "checkpoints" / "step_2"
+    step_2.rename(broken / "checkpoints" / "step_4")
+    (broken / "checkpoints" / "step_4" / checkpoint.COMPLETE).unlink()
+    err = _refused(capsys, ["export", str(broken), "--out", str(out), "--step", "4"])
+    assert "checkpoint step_4" in err and "is incomplete" in err and "complete checkpoints: none" in err
+    assert "no complete checkpoint" in _refused(capsys, ["export", str(broken), "--out", str(out)])
+    assert not out.exists(), "a refused export writes nothing"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert "not an empty directory" in _refused(capsys, ["export", str(trained), "--out", str(out)])
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_lora_run_exports_merged_weights_with_base_plus_adapter_logits(
+    tmp_path: Path, tiny_model_dir: Path, dtype: str
+) -> None:
+    # In bfloat16 the learner keeps the frozen base in bf16 and the merged layers come out in float32: the export
+    # writes every weight in float32.
+    from peft import PeftModel
+
+    config = load_config(DEFAULT, [f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", *SHORT,
+                                   "learner.lora.enabled=true", "learner.lora.r=4", "learner.lora.alpha=8",
+                                   f"learner.dtype={dtype}"])
+    learner = PolicyLearner(tiny_model_dir, LearnerSettings(lr=2e-2, lora=LoraSettings(r=4, alpha=8), dtype=dtype))
+    with torch.no_grad():  # B starts at zero: give the adapters something to merge
+        for name, parameter in learner.model.named_parameters():
+            if ".lora_B." in name:
+                parameter.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(len(name)))
+    save_resolved(config, config.run_dir)
+    ckpt = learner.save(config.run_dir, 2, {"baseline": {}}, keep=1)
+    exported = export_run(config.run_dir, tmp_path / "lora_export")
+    assert exported.lora_merged and not (exported.out / "adapter").exists()
+    assert "LoRA (r=4, alpha=8" in (exported.out / "README.md").read_text()
+
+    written = load_file(exported.out / "model.safetensors")
+    assert {t.dtype for t in written.values()} == {torch.float32}
+    assert json.loads((exported.out / "config.json").read_text())["dtype"] == "float32"
+
+    # The reference: the base as the learner held it (rounded to bf16 in bfloat16), with the adapter on top.
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=getattr(torch, dtype)).float().eval()
+    ids = torch.tensor(_prompts(AutoTokenizer.from_pretrained(exported.out))[:1])
+    with torch.no_grad():
+        base_logits = base(ids).logits
+        adapted = PeftModel.from_pretrained(base, ckpt.path / "adapter").eval()
+        expected = adapted(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(exported.out, dtype=torch.float32).eval()(ids).logits
+    assert (expected - base_logits).abs().max() > 1e-3, "the adapter moved the model"
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
