@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any
 
 
-
 def held_out_keys(record: dict[str, Any]) -> list[str]:
     """`eval/return_vs_<name>` keys of the held-out opponents (all but random) in `record`."""
     return [key for key in record if key.startswith("eval/return_vs_") and not key.endswith("_ci")
