@@ -468,8 +468,8 @@ class EvalConfig(_Section):
     """Bootstrap replicates for the exploitability interval."""
     held_out: list[str] | None = None
     """Scripted opponents the policy never trains against, played (eval.games each) at the first and the last
-    evaluation only, besides random at every one. Unset: the game's heuristic player, plus its equilibrium player
-    where one exists for the player count; [] for none. Each must differ from every trained-against opponent."""
+    evaluation only, besides random at every one. Unset: the game's heuristic player, plus its equilibrium (poker,
+    where one exists for the player count) or minimax (tic-tac-toe) player; [] for none. Each must differ from every trained-against opponent."""
 
 
 class WandbConfig(_Section):
@@ -667,13 +667,14 @@ def _cross_check(config: ExperimentConfig) -> None:
 
 
 def held_out_opponents(config: ExperimentConfig) -> list[str]:
-    """The held-out evaluation opponents: `eval.held_out` as given, or by default the game's heuristic and (where
-    one exists for the player count) equilibrium players, less any the policy trains against or imitates."""
+    """The held-out evaluation opponents: `eval.held_out` as given, or by default the game's heuristic player and
+    its equilibrium (where one exists for the player count) or minimax player, less any the policy trains against or
+    imitates."""
     if config.eval.held_out is not None:
         return list(config.eval.held_out)
     allowed = opponent_names(config.game.name, **config.game.options)
     seen = _seen_opponents(config)
-    return [name for name in ("heuristic", "equilibrium") if name in allowed and name not in seen]
+    return [name for name in ("heuristic", "equilibrium", "minimax") if name in allowed and name not in seen]
 
 
 def _seen_opponents(config: ExperimentConfig) -> set[str]:
