@@ -90,9 +90,10 @@ class Node:
         return found
 
 
-class _TreeBuilder(HTMLParser):
-    VOID = {"meta", "img", "br", "hr", "link", "input"}
+VOID_TAGS = frozenset({"meta", "img", "br", "hr", "link", "input"})
 
+
+class _TreeBuilder(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.root = Node("#document", {})
@@ -101,7 +102,7 @@ class _TreeBuilder(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         node = Node(tag, {k: v or "" for k, v in attrs})
         self.stack[-1].children.append(node)
-        if tag not in self.VOID:
+        if tag not in VOID_TAGS:
             self.stack.append(node)
 
     def handle_endtag(self, tag: str) -> None:
