@@ -1,6 +1,8 @@
 """Shared fixtures: a tiny model built once per test session, in a temporary cache."""
 
 import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -44,3 +46,38 @@ def warm_model_dir(tiny_model_dir: Path) -> Path:
     from strat.model.warmstart import WarmStartSettings, ensure_warm
 
     return ensure_warm(tiny_model_dir, "kuhn_poker", WarmStartSettings(depth=2, epochs=2, episodes=400))
+
+
+@dataclass(frozen=True)
+class SecretMarkers:
+    """Marker values of the secrets a user may have in the environment, and where they were found."""
+
+    values: dict[str, str]
+
+    def leaks(self, texts: Iterable[tuple[str, bytes]]) -> list[str]:
+        """`where: KEY` for every marker found in the (where, content) pairs."""
+        return [f"{where}: {key}" for where, content in texts for key, value in self.values.items()
+                if value.encode() in content]
+
+    @staticmethod
+    def files_under(root: Path) -> Iterator[tuple[str, bytes]]:
+        """(path, bytes) of every regular file under `root` (sockets and links skipped)."""
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                try:
+                    yield str(path), path.read_bytes()
+                except OSError:
+                    continue
+
+
+@pytest.fixture
+def secret_markers(monkeypatch: pytest.MonkeyPatch) -> SecretMarkers:
+    """HF_TOKEN, RAY_AUTH_TOKEN and WANDB_API_KEY set to marker values for the test."""
+    markers = SecretMarkers({
+        "HF_TOKEN": "hf_MARKERhfTOKEN5f3a9c",
+        "RAY_AUTH_TOKEN": "MARKERrayAUTHtoken7b21e4d09c",
+        "WANDB_API_KEY": "MARKERwandbAPIkey0c8e2f1a",
+    })
+    for key, value in markers.values.items():
+        monkeypatch.setenv(key, value)
+    return markers

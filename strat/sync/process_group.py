@@ -11,6 +11,7 @@ is touched, so a learner rank that is also in the FSDP2 group, or a vLLM worker 
 from __future__ import annotations
 
 import datetime
+import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 from urllib.parse import urlsplit
@@ -48,6 +49,49 @@ def _dtype(name: str) -> torch.dtype:
     return dtype
 
 
+class Rendezvous:
+    """Where a group meets: `tcp://host:port` with a port the OS assigned on rank 0's node, held (bound, listening)
+    from the moment the address is handed out until rank 0's TCP store takes the socket over. A port found free and
+    released before use could be taken by another process in between, a race on a busy machine."""
+
+    def __init__(self, host: str) -> None:
+        self._socket: socket.socket | None = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self._socket.bind(("", 0))
+        self._socket.listen()
+        port = self._socket.getsockname()[1]
+        self.address = f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+    def store(self, world_size: int, timeout: datetime.timedelta) -> TCPStore:
+        """Rank 0's TCP store, serving on the held socket; blocks until the other `world_size - 1` members have
+        connected. Once only: the store then owns the socket."""
+        if self._socket is None:
+            raise RuntimeError(f"the rendezvous at {self.address} was used already: a new group needs a new one")
+        held, self._socket = self._socket, None
+        url = urlsplit(self.address)
+        return TCPStore(url.hostname, url.port, world_size, True, timeout, master_listen_fd=held.detach())
+
+    def close(self) -> None:
+        """Release the port unused."""
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+
+
+def member_store(address: str | Rendezvous, rank: int, world_size: int, timeout: datetime.timedelta) -> TCPStore:
+    """The TCP store through which a group's members meet: rank 0 serves it on the `Rendezvous` it handed the address
+    out of (and waits for the others), the other ranks connect to that address (`tcp://host:port`)."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"group rank {rank} is outside a world of {world_size}")
+    if (rank == 0) != isinstance(address, Rendezvous):
+        raise ValueError(f"group rank {rank}: rank 0, and only rank 0, joins with the Rendezvous it handed out")
+    if isinstance(address, Rendezvous):
+        return address.store(world_size, timeout)
+    url = urlsplit(address)
+    if url.scheme != "tcp" or url.hostname is None or url.port is None:
+        raise ValueError(f"group address {address!r}: expected tcp://host:port")
+    return TCPStore(url.hostname, url.port, world_size, False, timeout)
+
+
 class WeightGroup:
     """This process's membership of a weight group."""
 
@@ -61,22 +105,18 @@ class WeightGroup:
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
 
     @classmethod
-    def join(cls, address: str, rank: int, world_size: int, backend: str,
+    def join(cls, address: str | Rendezvous, rank: int, world_size: int, backend: str,
              timeout_s: float = GROUP_TIMEOUT_S) -> WeightGroup:
-        """Meet the other members at `address` (`tcp://host:port` on rank 0's node, which serves the store there).
-        Blocks until all `world_size` members have joined, or raises after `timeout_s`."""
+        """Meet the other members at `address` (`tcp://host:port` on rank 0's node, which serves the store there; rank
+        0 passes the `Rendezvous` it handed the address out of). Blocks until all `world_size` members have joined, or
+        raises after `timeout_s`."""
         if backend not in BACKENDS:
             raise ValueError(f"weight group backend {backend!r} (allowed: {', '.join(BACKENDS)})")
         if backend == "nccl" and not torch.cuda.is_available():
             raise RuntimeError(f"weight group rank {rank}: backend nccl needs a GPU and this process sees none"
                                " (engine.collective_backend=gloo works on CPUs)")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"weight group rank {rank} is outside a world of {world_size}")
-        url = urlsplit(address)
-        if url.scheme != "tcp" or url.hostname is None or url.port is None:
-            raise ValueError(f"weight group address {address!r}: expected tcp://host:port")
         timeout = datetime.timedelta(seconds=timeout_s)
-        store = TCPStore(url.hostname, url.port, world_size, rank == 0, timeout)
+        store = member_store(address, rank, world_size, timeout)
         prefixed = PrefixStore("strat-weights", store)
         group = ProcessGroup(prefixed, rank, world_size)
         if backend == "gloo":
@@ -162,7 +202,7 @@ class Membership:
     def __init__(self) -> None:
         self.group: WeightGroup | None = None
 
-    def join(self, address: str, rank: int, world_size: int, backend: str) -> None:
+    def join(self, address: str | Rendezvous, rank: int, world_size: int, backend: str) -> None:
         self.leave()
         self.group = WeightGroup.join(address, rank, world_size, backend)
 

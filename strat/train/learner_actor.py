@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import socket
+import datetime
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ import strat  # noqa: F401
 from strat.algorithm.records import TrainSample
 from strat.model.build import resolve_device
 from strat.model.checkpoint import Checkpoint
-from strat.sync.process_group import Membership, TensorMeta, describe
+from strat.sync.process_group import GROUP_TIMEOUT_S, Membership, Rendezvous, TensorMeta, describe, member_store
 from strat.sync.weights import POLICY, SNAPSHOT, prune_versions
 from strat.train.learner import LearnerSettings, PolicyLearner
 
@@ -39,23 +39,34 @@ class Learner:
         """The policy weights of the last `stage_weights`, kept for the agents' weight group (rank 0)."""
         self._weight_groups = {POLICY: Membership(), SNAPSHOT: Membership()}
         """Rank 0's place in the weight group of the policy's agents and in the snapshot agent's."""
+        self._rendezvous: dict[str, Rendezvous] = {}
+        """The meeting points rank 0 handed out, by address, each held until its group meets."""
         if world_size == 1:
             self.learner = PolicyLearner(model_path, settings)
 
     def rendezvous_address(self) -> str:
-        """`tcp://<this node's IP>:<a free port>`: where the group's ranks, or a weight group, meet (asked of rank 0)."""
-        host = ray.util.get_node_ip_address()
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-            sock.bind(("", 0))
-            port = sock.getsockname()[1]
-        return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+        """`tcp://<this node's IP>:<a port the OS assigned, held until the group meets>`: where the group's ranks, or a
+        weight group, meet (asked of rank 0)."""
+        rendezvous = Rendezvous(ray.util.get_node_ip_address())
+        self._rendezvous[rendezvous.address] = rendezvous
+        return rendezvous.address
+
+    def _meeting_point(self, address: str) -> str | Rendezvous:
+        """Rank 0 serves the rendezvous it handed `address` out of; the others connect to it."""
+        if self.rank != 0:
+            return address
+        if address not in self._rendezvous:
+            raise RuntimeError(f"learner rank 0 did not hand out {address}: ask rendezvous_address() for one")
+        return self._rendezvous.pop(address)
 
     def join(self, address: str) -> None:
         """Join the group's process group (NCCL on a GPU, gloo on the CPU) at `address` and build this rank's
         share of the FSDP2-sharded model. Every rank must call it at the same time."""
         try:
             backend = "nccl" if resolve_device(self.settings.device).type == "cuda" else "gloo"
-            dist.init_process_group(backend, init_method=address, rank=self.rank, world_size=self.world_size)
+            timeout = datetime.timedelta(seconds=GROUP_TIMEOUT_S)
+            store = member_store(self._meeting_point(address), self.rank, self.world_size, timeout)
+            dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size)
             self.learner = PolicyLearner(self.model_path, self.settings)
         except Exception as err:
             self._join_error = f"{type(err).__name__}: {err}"
@@ -120,7 +131,7 @@ class Learner:
         """Join (as rank 0, serving the rendezvous at `address`) the weight group that carries `weights` (POLICY or
         SNAPSHOT) to the agents; blocks until they have all joined. Only the learner's rank 0 takes part."""
         self._rank0("join a weight group")
-        self._weight_groups[weights].join(address, 0, world_size, backend)
+        self._weight_groups[weights].join(self._meeting_point(address), 0, world_size, backend)
 
     def broadcast_weights(self, weights: str) -> int:
         """Broadcast the staged weights (POLICY) or the snapshot (SNAPSHOT) in their weight group, whose members must be

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import socket
-
 from strat.algorithm.records import TrainSample
+from strat.sync.process_group import Rendezvous
 from strat.train.learner import PolicyLearner
 
 CONVERSATIONS = [
@@ -42,8 +41,7 @@ def perturb(learner: PolicyLearner, steps: int = 2) -> list[dict[str, float]]:
     return metrics
 
 
-def local_address() -> str:
-    """`tcp://127.0.0.1:<a free port>`: where a test's weight group meets."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+def local_rendezvous() -> Rendezvous:
+    """Where a test's weight group meets: a port of this machine the OS assigned, held for rank 0 (the test's
+    learner side joins with it, the others with its `address`)."""
+    return Rendezvous("127.0.0.1")

@@ -164,14 +164,10 @@ def test_large_exports_are_sharded_with_an_index(tiny_model_dir: Path, tmp_path:
 
 @pytest.fixture
 def gloo_world_of_one() -> Iterator[None]:
-    import socket
-
     import torch.distributed as dist
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    # Port 0: the OS assigns the store's port as it binds it.
+    dist.init_process_group("gloo", store=dist.TCPStore("127.0.0.1", 0, 1, True), rank=0, world_size=1)
     try:
         yield
     finally:

@@ -23,7 +23,7 @@ from strat.sync.process_group import TensorMeta, WeightGroup, describe
 from strat.sync.weights import PREFIX, prune_versions, sync_path
 from strat.train.learner import LearnerSettings, PolicyLearner
 
-from .sync_helpers import CONVERSATIONS, local_address, perturb, prompts_for
+from .sync_helpers import CONVERSATIONS, local_rendezvous, perturb, prompts_for
 
 MAX_TOKENS = 16
 ENGINE = {"max_model_len": 512, "max_num_seqs": 8}
@@ -107,10 +107,10 @@ def test_collective_path(request: pytest.FixtureRequest, engine_name: str, tiny_
     (another process for the multi-process engine); two versions through the same group."""
     engine: Engine = request.getfixturevalue(engine_name)
     learner = PolicyLearner(tiny_model_dir, LearnerSettings(lr=2e-2))
-    address, world_size = local_address(), 1 + engine.weight_group_ranks
+    rendezvous, world_size = local_rendezvous(), 1 + engine.weight_group_ranks
     with ThreadPoolExecutor(1) as learner_side:
-        joined = learner_side.submit(WeightGroup.join, address, 0, world_size, "gloo")
-        engine.join_weight_group(address, 1, world_size, "gloo")
+        joined = learner_side.submit(WeightGroup.join, rendezvous, 0, world_size, "gloo")
+        engine.join_weight_group(rendezvous.address, 1, world_size, "gloo")
         group = joined.result()
 
         def sync() -> None:
@@ -140,10 +140,10 @@ def test_a_load_that_fails_part_way_still_takes_the_whole_broadcast() -> None:
             if name == "w1":
                 raise ValueError("cannot load w1")
 
-    address = local_address()
+    rendezvous = local_rendezvous()
     with ThreadPoolExecutor(1) as learner_side:
-        joined = learner_side.submit(WeightGroup.join, address, 0, 2, "gloo", 60.0)
-        receiver = WeightGroup.join(address, 1, 2, "gloo", 60.0)
+        joined = learner_side.submit(WeightGroup.join, rendezvous, 0, 2, "gloo", 60.0)
+        receiver = WeightGroup.join(rendezvous.address, 1, 2, "gloo", 60.0)
         sender = joined.result()
         sent = learner_side.submit(sender.send, state, metadata)
         with pytest.raises(ValueError, match="cannot load w1"):

@@ -9,7 +9,6 @@ import pytest
 
 from strat.cli.eval import eval_command
 from strat.errors import ConfigError
-from strat.eval.report import plots_available
 
 
 def _run(tmp_path: Path, **kwargs) -> tuple[dict, str]:
@@ -72,10 +71,8 @@ def test_head_to_head_payoff_matrix_and_elo(tmp_path: Path) -> None:
     wins, draws, losses = h2h["outcomes"][0][1]
     assert wins + draws + losses == 100 and (wins, draws, losses) == tuple(reversed(h2h["outcomes"][1][0]))
     assert "## Payoff matrix" in markdown and "## Elo" in markdown
-    if plots_available():
-        assert (tmp_path / "payoff_matrix.png").stat().st_size > 1000
-    else:
-        assert "matplotlib is not installed" in markdown
+    assert "payoff_matrix.png" in data["files"] and (tmp_path / "payoff_matrix.png").stat().st_size > 1000
+    assert "matplotlib" not in markdown
 
 
 def test_output_is_deterministic(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ import pytest
 
 from strat.cli.eval import eval_command
 from strat.errors import ConfigError
-from strat.eval.report import plots_available
 
 
 def _args(**kwargs) -> dict:
@@ -33,10 +32,8 @@ def test_eval_of_a_run_directory(tiny_run_dir: Path, tmp_path: Path) -> None:
     assert data["matches"][0]["games"] == 4
     html = (out / "transcripts.html").read_text()
     assert "invalid: fallback played" in html and "raw response" in html
-    if plots_available():
-        assert "learning_curves.png" in data["files"]
-    else:
-        assert any("matplotlib" in note for note in data["notes"])
+    assert "learning_curves.png" in data["files"] and (out / "learning_curves.png").stat().st_size > 1000
+    assert not any("matplotlib" in note for note in data["notes"])
 
 
 def test_default_output_goes_into_the_run(tiny_run_dir: Path) -> None:

@@ -1,6 +1,7 @@
 """The training service on a local Ray node: the loop with both backends, weight sync, resume."""
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,8 +64,13 @@ def test_loop_runs_and_writes_outputs(
         assert record["episodes/count"] == 6
         assert record["logprob/engine_learner_gap"] < 1e-3
         if zero_spread == "resample":
-            # Replacements are whole groups: the step still trains on 2 groups of 3.
-            assert 0 <= record["groups/resampled"] <= record["groups/resample_played"]
+            # One round: each flat group of the 2 was played again once; those replaced are resample groups in the
+            # ledger, and with no flat group left every one played again was replaced.
+            played, resampled = record["groups/resample_played"], record["groups/resampled"]
+            assert resampled == len(_resample_groups(config.run_dir, record["step"]))
+            assert resampled <= played <= 2
+            if record["groups/zero_spread_frac"] == 0.0:
+                assert played == resampled
     assert "eval/exploitability" in records[0] and "eval/exploitability_ci" in records[2]
     assert "eval/win_rate_vs_random" in records[2]
     # Held-out opponents (by default the heuristic and equilibrium players, never trained against) at the first and
@@ -82,6 +88,27 @@ def test_loop_runs_and_writes_outputs(
     assert list((run_dir / "tensorboard").iterdir())
     transcript = (run_dir / "samples" / "step_1.md").read_text()
     assert "turn 0" in transcript and "Private information" in transcript
+
+
+def _resample_groups(run_dir: Path, step: int) -> set[str]:
+    """The resampled groups (ids `s<step>-w<worker>-r<round>-g<index>`) among those step `step` trained on."""
+    (line,) = [line for line in metrics.read_ledger(run_dir) if line["step"] == step]
+    return {group for group, _, _ in line["episodes"] if re.search(r"-r\d+-g\d+$", group)}
+
+
+def test_flat_groups_are_played_again(local_ray, tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Random weights never write a legal move: every episode ends in the format penalty, so every group is flat and
+    each of the two rounds must play both groups again, and none can replace them."""
+    config = _config(tmp_path, tiny_model_dir, "engine.backend=hf", "warm_start.enabled=false", "schedule.steps=1",
+                     "schedule.eval_every=0", "schedule.checkpoint_every=0", "schedule.max_staleness=0",
+                     "algorithm.zero_spread=resample", "algorithm.resample_rounds=2", "reasoning.max_new_tokens=8")
+    record = Trainer(config, config.run_dir).run()[-1]
+    assert record["step"] == 1
+    assert record["format/valid_rate"] == 0.0
+    assert record["groups/zero_spread_frac"] == 1.0
+    assert record["groups/resample_played"] == 2 * 2
+    assert record["groups/resampled"] == 0 and _resample_groups(config.run_dir, 1) == set()
+    assert record["episodes/count"] == 6
 
 
 def _reference_greedy(model_dir: Path, state: dict[str, torch.Tensor], prompts: list[list[int]]) -> list[list[int]]:
