@@ -1,3 +1,4 @@
+# Over 500 lines: the transcripts, the supervised loop and the format check share one prompt format and cache key.
 """Supervised warm start: weak scripted play with templated Past-Present-Future reasoning, and a short SFT on it.
 
 The actions come from random (or heuristic) players, never the equilibrium, so the warm-started policy follows the
