@@ -48,7 +48,9 @@ def _comparable(records: list[dict]) -> list[dict]:
 
 
 def test_sigterm_checkpoints_and_exits_cleanly(tmp_path: Path, tiny_model_dir: Path) -> None:
-    overrides = small_overrides(tmp_path, tiny_model_dir, "schedule.steps=50", "schedule.checkpoint_every=0")
+    # With overlap: the rollout in flight at the SIGTERM goes into the checkpoint.
+    overrides = small_overrides(tmp_path, tiny_model_dir, "schedule.steps=50", "schedule.checkpoint_every=0",
+                                "schedule.max_staleness=1")
     run_dir = tmp_path / "kuhn_poker_tiny"
     log = tmp_path / "train.log"
     process = _start(["train", str(DEFAULT), *overrides], log)
@@ -67,6 +69,9 @@ def test_sigterm_checkpoints_and_exits_cleanly(tmp_path: Path, tiny_model_dir: P
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _steps(run_dir) == list(range(1, steps[-1] + 2))
+    # The step after the stop trains on the stored rollout, which ran on the update before the stop's (step s + 1 on
+    # s - 1), not on the checkpoint's weights.
+    assert metrics.read(run_dir)[-1]["rollout/weights_version"] == steps[-1] - 1
 
 
 def _weights(run_dir: Path) -> list[list[list]]:
