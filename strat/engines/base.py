@@ -74,6 +74,10 @@ class Engine(ABC):
         """Replace the weights by those the learner broadcasts in the weight group, `metadata` listing them in order."""
 
     @abstractmethod
+    def weights_fingerprint(self) -> str:
+        """A short fingerprint of the weights as this engine holds them (`strat.sync.fingerprint`)."""
+
+    @abstractmethod
     def close(self) -> None:
         """Free the engine's resources."""
 

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from strat.engines.base import Engine, Generation, SamplingParams, stop_token_ids
 from strat.engines.sampling import sampling_logprobs
+from strat.sync.fingerprint import fingerprint
 from strat.sync.process_group import Membership, TensorMeta
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -138,6 +139,9 @@ class HFEngine(Engine):
     def receive_weights(self, metadata: Sequence[TensorMeta]) -> None:
         group = self._weight_group.current("the hf engine")
         group.receive_into(metadata, lambda weights: self.load_state_dict(dict(weights)))
+
+    def weights_fingerprint(self) -> str:
+        return fingerprint(self.model.named_parameters())
 
     def close(self) -> None:
         self._weight_group.leave()

@@ -19,6 +19,7 @@ from vllm import SamplingParams as VLLMSamplingParams
 from vllm.inputs import TokensPrompt
 
 from strat.engines.base import Engine, Generation, SamplingParams, stop_token_ids
+from strat.sync.fingerprint import combine
 from strat.sync.process_group import TensorMeta
 
 
@@ -151,6 +152,10 @@ class VLLMEngine(Engine):
         plain = [(meta.name, meta.dtype, list(meta.shape)) for meta in metadata]
         self.llm.collective_rpc("receive_weights", args=(plain,))
         self.llm.reset_prefix_cache()
+
+    def weights_fingerprint(self) -> str:
+        # vLLM's own parameter layout (fused projections): comparable between vLLM engines, not with hf's.
+        return combine(self.llm.collective_rpc("weights_fingerprint"))
 
     def close(self) -> None:
         llm, self.llm = self.llm, None

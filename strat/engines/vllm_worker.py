@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from strat.sync.fingerprint import fingerprint
 from strat.sync.process_group import Membership, as_metadata
 
 
@@ -26,6 +27,10 @@ class WeightGroupWorker:
         # Layerwise reload in one call, the tensors streamed in as they arrive (each layer is processed once complete).
         group.receive_into(entries, lambda weights: self.reload_weights(weights_iterator=weights))
         return len(entries)
+
+    def weights_fingerprint(self) -> str:
+        """The fingerprint of this worker's part of the model (`strat.sync.fingerprint`)."""
+        return fingerprint(self.get_model().named_parameters())
 
     def leave_weight_group(self) -> None:
         self._weight_membership().leave()

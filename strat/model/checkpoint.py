@@ -18,8 +18,18 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from strat.errors import ConfigError
+
 COMPLETE = "COMPLETE"
 """Marker written last; a directory without it is an interrupted write and is ignored."""
+
+FORMAT = 2
+"""The checkpoint format this code writes (`format` in loop_state.json). 1: no `format` key and no next rollout;
+2: with overlap, the rollout in flight at the checkpoint is stored in `next_rollout.json`."""
+READABLE_FORMATS = (1, 2)
+
+NEXT_ROLLOUT = "next_rollout"
+"""The loop-state key whose value (JSON data) is written to, and read back from, its own compact file."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,10 @@ def save(
             (staging / name).mkdir()
             save_file({k: v.contiguous() for k, v in state.items()}, staging / name / "model.safetensors")
         (staging / "rng.json").write_text(json.dumps(rng_state()))
-        (staging / "loop_state.json").write_text(json.dumps({"step": step, **loop_state}, indent=2))
+        state = {"format": FORMAT, "step": step, **loop_state}
+        if NEXT_ROLLOUT in state:
+            (staging / f"{NEXT_ROLLOUT}.json").write_text(json.dumps(state.pop(NEXT_ROLLOUT)))
+        (staging / "loop_state.json").write_text(json.dumps(state, indent=2))
         _fsync_tree(staging)
         (staging / COMPLETE).write_text(str(step))
         _fsync_tree(staging)
@@ -138,7 +151,25 @@ def load_optimizer(checkpoint: Checkpoint, optimizer: torch.optim.Optimizer) -> 
 
 
 def load_loop_state(checkpoint: Checkpoint) -> dict[str, Any]:
-    return json.loads((checkpoint.path / "loop_state.json").read_text())
+    """The loop state saved with `checkpoint`, with its next rollout (under NEXT_ROLLOUT) when it holds one."""
+    state = json.loads((checkpoint.path / "loop_state.json").read_text())
+    rollout = checkpoint.path / f"{NEXT_ROLLOUT}.json"
+    if rollout.is_file():
+        state[NEXT_ROLLOUT] = json.loads(rollout.read_text())
+    return state
+
+
+def check_format(checkpoint: Checkpoint) -> None:
+    """Refuse, in one line, a checkpoint in a format this code cannot read (one a newer Strat wrote)."""
+    try:
+        found = json.loads((checkpoint.path / "loop_state.json").read_text()).get("format", 1)
+    except (OSError, ValueError, AttributeError) as err:
+        raise ConfigError(f"checkpoint {checkpoint.path}: loop_state.json cannot be read ({err})") from None
+    if found not in READABLE_FORMATS:
+        raise ConfigError(
+            f"checkpoint {checkpoint.path} has format {found!r}; this Strat reads formats "
+            f"{', '.join(map(str, READABLE_FORMATS))} (resume it with the Strat version that wrote it)"
+        )
 
 
 def load_rng(checkpoint: Checkpoint) -> None:

@@ -12,6 +12,7 @@ import torch
 
 import strat  # noqa: F401  (thread and offline defaults before torch work)
 from strat.engines import Engine, EngineSettings, Generation, SamplingParams, build_engine
+from strat.sync.fingerprint import WeightsTag
 from strat.sync.process_group import TensorMeta
 from strat.train.agreement_models import chat_completions
 
@@ -24,6 +25,8 @@ class AgentActor:
         self.engine: Engine = build_engine(backend, model_path, settings)
         self.max_model_len = settings.max_model_len
         self.version = 0
+        self._fingerprint: str | None = None
+        """The fingerprint of the weights held now, once asked for (cleared by every load)."""
 
     def ready(self) -> int:
         return os.getpid()
@@ -38,6 +41,7 @@ class AgentActor:
     def load_state_dict(self, state: Mapping[str, torch.Tensor], version: int) -> int:
         self.engine.load_state_dict(state)
         self.version = version
+        self._fingerprint = None
         return version
 
     def load_weights_dir(self, path: str, version: int) -> int:
@@ -49,6 +53,7 @@ class AgentActor:
             )
         self.engine.load_weights_dir(path)
         self.version = version
+        self._fingerprint = None
         return version
 
     def weight_group_ranks(self) -> int:
@@ -63,7 +68,14 @@ class AgentActor:
         """Take the weights the learner broadcasts in the weight group now."""
         self.engine.receive_weights(metadata)
         self.version = version
+        self._fingerprint = None
         return version
+
+    def weights(self) -> WeightsTag:
+        """Which weights this agent holds: their version and fingerprint (computed once per load)."""
+        if self._fingerprint is None:
+            self._fingerprint = self.engine.weights_fingerprint()
+        return WeightsTag(self.version, self._fingerprint)
 
     def close(self) -> None:
         """Free the engine now (a multi-process engine stops its processes) rather than when the actor dies."""

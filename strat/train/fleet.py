@@ -19,6 +19,7 @@ from strat.cluster.placement import plan as plan_placement
 from strat.config import ExperimentConfig
 from strat.errors import ConfigError, RunAborted
 from strat.model import checkpoint
+from strat.sync.fingerprint import WeightsTag
 from strat.sync.weights import WeightSync
 from strat.train.agent_actor import AgentActor
 from strat.train.comparator_actor import CoTComparator
@@ -58,12 +59,14 @@ def check_resources(config: ExperimentConfig, available: dict[str, float]) -> No
 
 @dataclass
 class Share:
-    """One worker's part of a rollout: what it plays, with which seed, and its future."""
+    """One worker's part of a rollout: what it plays, with which seed, its future, and the future of the weights its
+    agent holds (asked for as it starts: no sync happens while a rollout runs)."""
 
     worker: int
     plans: list[GroupPlan]
     sampling_seed: int
     future: Any
+    weights: Any
 
 
 def actor_died(err: BaseException) -> bool:
@@ -186,16 +189,18 @@ class Fleet:
 
     def launch(self, worker: int, plans: list[GroupPlan], sampling_seed: int) -> Share:
         """Start rollout worker `worker` on `plans`."""
-        return Share(worker, plans, sampling_seed, self.workers[worker].run.remote(plans, sampling_seed))
+        weights = self.agents[worker % len(self.agents)].weights.remote()
+        return Share(worker, plans, sampling_seed, self.workers[worker].run.remote(plans, sampling_seed), weights)
 
-    def gather(self, shares: list[Share], where: str) -> list[Episode]:
-        """The episodes of `shares` in worker order; a share whose worker or agent died is played again."""
-        done: dict[int, list[Episode]] = {}
+    def gather(self, shares: list[Share], where: str) -> tuple[list[Episode], tuple[WeightsTag, ...]]:
+        """The episodes of `shares` in worker order, and the distinct weights they ran on; a share whose worker or
+        agent died is played again."""
+        done: dict[int, tuple[list[Episode], WeightsTag]] = {}
         while shares:
             failed, error = [], None
             for share in shares:
                 try:
-                    done[share.worker] = ray.get(share.future)
+                    done[share.worker] = (ray.get(share.future), ray.get(share.weights))
                 except Exception as err:  # noqa: BLE001
                     if not actor_died(err):
                         raise
@@ -205,7 +210,8 @@ class Fleet:
                 break
             self.recover(where, error)
             shares = [self.launch(s.worker, s.plans, s.sampling_seed) for s in failed]
-        return [episode for worker in sorted(done) for episode in done[worker]]
+        ordered = [done[worker] for worker in sorted(done)]
+        return [episode for episodes, _ in ordered for episode in episodes], tuple(dict.fromkeys(t for _, t in ordered))
 
     def split(self, count: int) -> list[int]:
         """How many of `count` groups each rollout worker plays."""

@@ -6,11 +6,13 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.tensorboard import SummaryWriter
+
+from strat.sync.fingerprint import WeightsTag
 
 if TYPE_CHECKING:
     from strat.train.tracking import WandbTracker
@@ -112,18 +114,22 @@ def jsonable(value: Any) -> Any:
 
 
 class EpisodeLedger:
-    """`episodes.jsonl`: per step, the (group id, seed, episode id) of every episode it trained on.
+    """`episodes.jsonl`: per step, the (group id, seed, episode id) of every episode it trained on, and the
+    (version, fingerprint) of the weights its rollouts ran on (one pair unless resampling or a disagreement among
+    agents added another).
 
     An audit trail independent of the step's counters: restarts and resumes can be checked
-    against it (no episode lost, none counted twice). Truncated on resume like the metrics."""
+    against it (no episode lost, none counted twice, none played on other weights). Truncated on resume like the
+    metrics."""
 
     def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
         self.path = run_dir / "episodes.jsonl"
         if resume_step is not None and self.path.exists():
             _truncate_after(self.path, resume_step)
 
-    def write(self, step: int, episodes: list[Any]) -> None:
-        line = {"step": step, "episodes": [[e.group_id, e.seed, e.episode_id] for e in episodes]}
+    def write(self, step: int, episodes: list[Any], weights: Sequence[WeightsTag]) -> None:
+        line = {"step": step, "weights": [[tag.version, tag.fingerprint] for tag in weights],
+                "episodes": [[e.group_id, e.seed, e.episode_id] for e in episodes]}
         with self.path.open("a") as handle:
             handle.write(json.dumps(line) + "\n")
 

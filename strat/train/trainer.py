@@ -32,6 +32,7 @@ from strat.eval.exploitability import exploitable
 from strat.eval.stats import mean_interval
 from strat.model import checkpoint
 from strat.model.warmstart import ensure_warm
+from strat.sync.fingerprint import WeightsTag
 from strat.train.faults import injected_steps
 from strat.train.fleet import Fleet, Share, actor_died
 from strat.train.metrics import EpisodeLedger, MetricsLog, PhaseTimer
@@ -39,6 +40,7 @@ from strat.train.ray_node import start_ray
 from strat.train.rehearsal import REHEARSAL_ROUNDS, episode_samples, load_rehearsal, save_rehearsal
 from strat.train.resume import resume_with_overrides
 from strat.train.rollout import OpponentChoice, derive_seed, plan_groups
+from strat.train.rollout_record import Rollout, rollout_from_json, rollout_to_json
 from strat.train.settings import (
     advantage_config,
     base_model_path,
@@ -127,8 +129,9 @@ class Trainer:
         """The run's actors, once started."""
         self._pending: tuple[int, list[Share], float] | None = None
         """The rollout in flight: (its step, each worker's share, when it was launched)."""
-        self._ready: tuple[int, list[Episode], float] | None = None
-        """A rollout collected early (before an evaluation): (its step, episodes, seconds)."""
+        self._ready: Rollout | None = None
+        """With overlap, the next step's rollout collected early: before an evaluation or a checkpoint, or read
+        from the checkpoint resumed from."""
         self._unsynced: int | None = None
         """With overlap, the step whose update has not reached the agents yet."""
         self._nonfinite_in_row = 0
@@ -205,8 +208,11 @@ class Trainer:
                     self.stop_signal, self.step, self.config.schedule.steps, where, self.run_dir)
 
     def _prepare_run_dir(self) -> None:
-        if self.resume and checkpoint.latest(self.run_dir) is None:
-            raise ConfigError(f"no complete checkpoint in {self.run_dir} to resume from")
+        if self.resume:
+            latest = checkpoint.latest(self.run_dir)
+            if latest is None:
+                raise ConfigError(f"no complete checkpoint in {self.run_dir} to resume from")
+            checkpoint.check_format(latest)
         if not self.resume and checkpoint.complete_checkpoints(self.run_dir):
             raise ConfigError(
                 f"run directory {self.run_dir} already holds checkpoints; resume it with --resume or pick another run.name"
@@ -279,6 +285,9 @@ class Trainer:
         self._checkpointed_step = latest.step
         self.baseline.load_state_dict(loop_state.get("baseline", {}))
         self.sync.restore(self.step, int(loop_state.get("snapshot_step", 0)), latest.path)
+        if checkpoint.NEXT_ROLLOUT in loop_state:
+            # The rollout in flight when the checkpoint was written: it ran on weights the checkpoint does not hold.
+            self._ready = rollout_from_json(loop_state[checkpoint.NEXT_ROLLOUT])
         log.info("resumed from %s (step %d)", latest.path, latest.step)
         return latest.step
 
@@ -360,23 +369,26 @@ class Trainer:
         ]
         self._pending = (step, shares, time.perf_counter())
 
-    def _collect_rollout(self, step: int) -> tuple[list[Episode], float]:
-        """Step `step`'s episodes (launched now if not in flight) and the rollout's wall time.
+    def _collect_rollout(self, step: int) -> Rollout:
+        """Step `step`'s rollout (launched now if not in flight, or the one collected early).
 
         A share whose worker or agent died is played again, from its plans and seed, on restarted
         actors; a failed share returns nothing, so no episode is lost or counted twice."""
-        if self._ready is not None and self._ready[0] == step:
-            _, episodes, rollout_s = self._ready
-            self._ready = None
-            return episodes, rollout_s
+        if self._ready is not None and self._ready.step == step:
+            ready, self._ready = self._ready, None
+            return ready
         if self._pending is None or self._pending[0] != step:
             self._launch_rollout(step)
         _, shares, launched = self._pending
         self._pending = None
-        episodes = self.fleet.gather(shares, f"step {step} rollout")
-        return episodes, time.perf_counter() - launched
+        episodes, weights = self.fleet.gather(shares, f"step {step} rollout")
+        if len(weights) > 1:
+            log.warning("step %d: the agents held different weights during the rollout: %s", step, weights)
+        return Rollout(step, episodes, time.perf_counter() - launched, weights)
 
-    def _resample_zero_spread(self, step: int, episodes: list[Episode]) -> tuple[list[Episode], dict[str, float]]:
+    def _resample_zero_spread(
+        self, step: int, episodes: list[Episode]
+    ) -> tuple[list[Episode], list[WeightsTag], dict[str, float]]:
         """Replace groups with no outcome spread by freshly dealt ones that have some (DAPO's dynamic
         sampling), in up to `algorithm.resample_rounds` rounds on the current weights; groups still without
         spread after the last round are kept. The replacements take the replaced groups' places. With overlap,
@@ -385,6 +397,7 @@ class Trainer:
         config = self.config
         settings = rollout_settings(config)
         played = replaced = 0
+        weights: list[WeightsTag] = []
         started = time.perf_counter()
         for round_index in range(1, config.algorithm.resample_rounds + 1):
             flat = zero_spread_group_ids(episodes)
@@ -395,11 +408,12 @@ class Trainer:
                                    derive_seed(config.run.seed, step, index, "resample", round_index))
                 for index, count in enumerate(self.fleet.split(len(flat))) if count > 0
             ]
-            fresh = self.fleet.gather(shares, f"step {step} resampling")
+            fresh, round_weights = self.fleet.gather(shares, f"step {step} resampling")
+            weights.extend(round_weights)
             played += len(flat)
             episodes, swapped = replace_zero_spread_groups(episodes, fresh)
             replaced += swapped
-        return episodes, {
+        return episodes, weights, {
             "groups/resampled": float(replaced),
             "groups/resample_played": float(played),
             "time/resample_s": time.perf_counter() - started,
@@ -413,7 +427,7 @@ class Trainer:
         config, step = self.config, self.step + 1
         timer = PhaseTimer(STEP_PHASES)
         with timer.phase("rollout"):
-            episodes, rollout_s, resampling = self._rollout(step)
+            rollout, episodes, resampling = self._rollout(step)
         self._start_next_rollout(step, timer)
         with timer.phase("compare"):
             scored = self._comparator_get(episodes)
@@ -426,7 +440,8 @@ class Trainer:
         evaluate = config.schedule.eval_every > 0 and (_due(step, config.schedule.eval_every) or last)
         self._publish(step, evaluate, timer)
         record: dict[str, Any] = {
-            "step": step, **episode_metrics(scored), **advantage_metrics(stats), **resampling, **learn
+            "step": step, **episode_metrics(scored), **advantage_metrics(stats), **resampling, **learn,
+            "rollout/weights_version": float(rollout.weights[0].version),
         }
         record.setdefault("loss/kl", 0.0)
         if evaluate:
@@ -436,30 +451,31 @@ class Trainer:
             self._write_samples(step, scored[: min(4, len(scored))])
         every = config.schedule.checkpoint_every
         if every and (_due(step, every) or step == config.schedule.steps):
-            with timer.phase("checkpoint"):
-                self._checkpoint(step)
+            self._checkpoint(step, timer)
         gen_tokens = record.pop("gen/tokens")
         record.update({
             **timer.record(),
             "time/rollout_wait_s": timer.seconds["rollout"],
-            "time/rollout_s": rollout_s,
-            "throughput/gen_tokens_per_s": gen_tokens / rollout_s if rollout_s > 0 else 0.0,
+            "time/rollout_s": rollout.seconds,
+            "throughput/gen_tokens_per_s": gen_tokens / rollout.seconds if rollout.seconds > 0 else 0.0,
             "faults/actor_restarts": float(self.restarts),
         })
         return record
 
     # --- the phases ------------------------------------------------------------------------
 
-    def _rollout(self, step: int) -> tuple[list[Episode], float, dict[str, float]]:
-        """The step's episodes (zero-spread groups resampled when asked), recorded in the ledger; the rollout's own
-        wall time; resampling figures."""
-        episodes, rollout_s = self._collect_rollout(step)
+    def _rollout(self, step: int) -> tuple[Rollout, list[Episode], dict[str, float]]:
+        """The step's rollout; its episodes with zero-spread groups resampled when asked, recorded in the ledger with
+        the weights every rollout of the step ran on; resampling figures."""
+        rollout = self._collect_rollout(step)
+        episodes, weights = rollout.episodes, list(rollout.weights)
         resampling: dict[str, float] = {}
         if self.config.algorithm.zero_spread == "resample":
             # Before the next rollout starts and before any weight sync: the extra groups use the same weights.
-            episodes, resampling = self._resample_zero_spread(step, episodes)
-        self.ledger.write(step, episodes)
-        return episodes, rollout_s, resampling
+            episodes, extra, resampling = self._resample_zero_spread(step, episodes)
+            weights.extend(extra)
+        self.ledger.write(step, episodes, list(dict.fromkeys(weights)))
+        return rollout, episodes, resampling
 
     def _start_next_rollout(self, step: int, timer: PhaseTimer) -> None:
         """With overlap: the update of step - 1 reaches the agents only now, between two rollouts, so that every
@@ -486,16 +502,22 @@ class Trainer:
         next rollout has been collected."""
         if self.config.schedule.max_staleness == 0:
             self._push_weights(step, timer)
-        elif evaluate and self._pending is not None:
-            # Evaluation must see this step's weights: let the next rollout finish first, then sync.
-            next_step = self._pending[0]
+            return
+        self._unsynced = step
+        if evaluate:
+            self._drain(step, timer)  # evaluation must see this step's weights
+
+    def _drain(self, step: int, timer: PhaseTimer) -> None:
+        """With overlap, after step `step`: collect the next step's rollout now if it is in flight (it runs on the
+        weights before this step's update), then push this step's update to the agents. An evaluation needs this
+        step's weights, and a checkpoint stores the collected rollout, whose weights it does not hold. Both happen at
+        steps fixed by the schedule, so that a resumed run takes the path of an uninterrupted one."""
+        if self._pending is not None and self._pending[0] == step + 1:
             with timer.phase("rollout"):
-                self._ready = (next_step, *self._collect_rollout(next_step))
-            self._push_weights(step, timer)
-        elif evaluate:
-            self._push_weights(step, timer)
-        else:
-            self._unsynced = step
+                self._ready = self._collect_rollout(step + 1)
+        if self._unsynced is not None:
+            self._push_weights(self._unsynced, timer)
+            self._unsynced = None
 
     def _push_weights(self, version: int, timer: PhaseTimer) -> None:
         """The learner's weights to every agent, and to the snapshot opponent when its refresh is due."""
@@ -509,11 +531,18 @@ class Trainer:
         if self.snapshot is not None and every and step % every == 0:
             self.sync.refresh_snapshot(step)
 
-    def _checkpoint(self, step: int) -> None:
-        loop_state = {"baseline": self.baseline.state_dict(), "snapshot_step": self.sync.snapshot_step}
+    def _checkpoint(self, step: int, timer: PhaseTimer | None = None) -> None:
+        """Save the learner and the loop after step `step`; with overlap, after draining the pipeline (`_drain`), with
+        the next step's rollout."""
+        timer = timer or PhaseTimer(STEP_PHASES)
+        self._drain(step, timer)
+        loop_state: dict[str, Any] = {"baseline": self.baseline.state_dict(), "snapshot_step": self.sync.snapshot_step}
+        if self._ready is not None and self._ready.step == step + 1:
+            loop_state[checkpoint.NEXT_ROLLOUT] = rollout_to_json(self._ready)
         ref = self.learner.save.remote(str(self.run_dir), step, loop_state, self.config.schedule.keep_checkpoints)
         try:
-            path = self.fleet.learner_get(ref)
+            with timer.phase("checkpoint"):
+                path = self.fleet.learner_get(ref)
         except RayTaskError as err:
             cause = getattr(err, "cause", None)
             if not isinstance(cause, OSError):

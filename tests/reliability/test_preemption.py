@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
 from strat.model import checkpoint
+from strat.sync.fingerprint import fingerprint
 from strat.train import metrics
 from strat.train.trainer import Trainer
 
@@ -46,7 +48,9 @@ def _comparable(records: list[dict]) -> list[dict]:
 
 
 def test_sigterm_checkpoints_and_exits_cleanly(tmp_path: Path, tiny_model_dir: Path) -> None:
-    overrides = small_overrides(tmp_path, tiny_model_dir, "schedule.steps=50", "schedule.checkpoint_every=0")
+    # With overlap: the rollout in flight at the SIGTERM goes into the checkpoint.
+    overrides = small_overrides(tmp_path, tiny_model_dir, "schedule.steps=50", "schedule.checkpoint_every=0",
+                                "schedule.max_staleness=1")
     run_dir = tmp_path / "kuhn_poker_tiny"
     log = tmp_path / "train.log"
     process = _start(["train", str(DEFAULT), *overrides], log)
@@ -65,29 +69,88 @@ def test_sigterm_checkpoints_and_exits_cleanly(tmp_path: Path, tiny_model_dir: P
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _steps(run_dir) == list(range(1, steps[-1] + 2))
+    # The step after the stop trains on the stored rollout, which ran on the update before the stop's (step s + 1 on
+    # s - 1), not on the checkpoint's weights.
+    assert metrics.read(run_dir)[-1]["rollout/weights_version"] == steps[-1] - 1
+
+
+def _weights(run_dir: Path) -> list[list[list]]:
+    """Per step of the ledger, the (version, fingerprint) of the weights its rollouts ran on."""
+    return [line["weights"] for line in metrics.read_ledger(run_dir)]
+
+
+def _file_fingerprint(folder: Path) -> str:
+    return fingerprint(load_file(folder / "model.safetensors").items())
+
+
+# The default schedule: the next rollout runs during the update, on weights one update older (max_staleness=1). Step 2
+# is a checkpoint and an evaluation, so its checkpoint holds the rollout of step 3, collected early for the evaluation.
+OVERLAP = ["schedule.steps=4", "schedule.checkpoint_every=2", "schedule.keep_checkpoints=3", "schedule.max_staleness=1",
+           "schedule.eval_every=2", "eval.games=4", "eval.samples_per_infoset=0"]
 
 
 def test_sigkill_then_resume_matches_an_uninterrupted_run(local_ray, tmp_path: Path, tiny_model_dir: Path) -> None:
-    common = ["schedule.steps=5", "schedule.checkpoint_every=2"]
-    reference = small_config(tmp_path / "reference", tiny_model_dir, *common)
+    reference = small_config(tmp_path / "reference", tiny_model_dir, *OVERLAP)
     Trainer(reference, reference.run_dir).run()
 
-    overrides = small_overrides(tmp_path / "killed", tiny_model_dir, *common)
+    overrides = small_overrides(tmp_path / "killed", tiny_model_dir, *OVERLAP)
     run_dir = tmp_path / "killed" / "kuhn_poker_tiny"
     log = tmp_path / "train.log"
     process = _start(["train", str(DEFAULT), *overrides], log)
     # Killed with step 3 logged and step 4 under way: the last complete checkpoint is step 2.
-    _wait_for(lambda: len(_steps(run_dir)) >= 3, process, log)
+    _wait_for(lambda: 3 in _steps(run_dir), process, log)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
     assert checkpoint.latest(run_dir).step == 2
-    assert 3 in _steps(run_dir)
 
     resumed = subprocess.run([STRAT, "train", "--resume", str(run_dir)], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert _steps(run_dir) == [1, 2, 3, 4, 5], "no step lost or logged twice"
-    assert json.loads((checkpoint.latest(run_dir).path / "loop_state.json").read_text())["step"] == 5
-    # Same weights, optimizer moments and random streams after the resume: the same numbers.
-    assert _comparable(metrics.read(run_dir)) == _comparable(metrics.read(reference.run_dir))
-    ledger = [line["step"] for line in metrics.read_ledger(run_dir)]
-    assert ledger == [1, 2, 3, 4, 5]
+    assert _steps(run_dir) == [0, 1, 2, 3, 4], "no step lost or logged twice"
+    assert json.loads((checkpoint.latest(run_dir).path / "loop_state.json").read_text())["step"] == 4
+    # Same weights, optimizer moments, random streams and in-flight rollout after the resume: the same numbers.
+    records = metrics.read(run_dir)
+    assert _comparable(records) == _comparable(metrics.read(reference.run_dir))
+    # Rollout s ran on the update of step s - 2 (the initial weights for steps 1 and 2).
+    assert [r["rollout/weights_version"] for r in records[1:]] == [0, 0, 1, 2]
+    ledger = metrics.read_ledger(run_dir)
+    assert [line["step"] for line in ledger] == [1, 2, 3, 4]
+    assert ledger == metrics.read_ledger(reference.run_dir)
+    weights = _weights(run_dir)
+    assert [[version for version, _ in step] for step in weights] == [[0], [0], [1], [2]]
+    prints = [step[0][1] for step in weights]
+    # The fingerprints are of the weights themselves: the initial model's, and the checkpoint of step 2's.
+    assert prints[0] == prints[1] == _file_fingerprint(tiny_model_dir)
+    assert prints[3] == _file_fingerprint(checkpoint.checkpoint_dir(run_dir, 2))
+    assert len(set(prints[1:])) == 3
+
+
+class _Crash(Exception):
+    """Stands for the driver dying right after a step was logged."""
+
+
+def test_vllm_resume_plays_the_same_episodes_on_the_same_weights(local_ray, tmp_path: Path, tiny_model_dir: Path) -> None:
+    # One vLLM engine (no snapshot opponent). The run dies after step 3 is logged: up to there it is an uninterrupted
+    # run, and its checkpoint of step 2 holds the rollout of step 3, which ran on the weights of step 1.
+    config = small_config(
+        tmp_path, tiny_model_dir, "engine.backend=vllm", "schedule.steps=4", "schedule.checkpoint_every=2",
+        "schedule.max_staleness=1", "game.opponents=[{kind: self, weight: 0.8}, {kind: scripted, name: random, weight: 0.2}]",
+    )
+
+    def crash_after_step_3(record: dict) -> None:
+        if record["step"] == 3:
+            raise _Crash
+
+    with pytest.raises(_Crash):
+        Trainer(config, config.run_dir).run(crash_after_step_3)
+    uninterrupted = (_comparable(metrics.read(config.run_dir)), metrics.read_ledger(config.run_dir))
+    assert checkpoint.latest(config.run_dir).step == 2
+    Trainer(config, config.run_dir, resume=True).run()
+
+    records = metrics.read(config.run_dir)
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert [r["rollout/weights_version"] for r in records] == [0, 0, 1, 2]
+    assert _comparable(records[:3]) == uninterrupted[0]
+    ledger = metrics.read_ledger(config.run_dir)
+    assert ledger[:3] == uninterrupted[1]
+    assert [version for version, _ in ledger[3]["weights"]] == [2]
+    assert ledger[3]["weights"][0][1] not in {line["weights"][0][1] for line in ledger[:3]}

@@ -1,5 +1,6 @@
 """Bad configuration and environment are refused before any actor starts, in one line."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -60,6 +61,22 @@ def test_resume_without_a_checkpoint_is_refused(capsys, tmp_path: Path, tiny_mod
     save_resolved(load_config(DEFAULT, small_overrides(tmp_path, tiny_model_dir)), run_dir)
     err = _refusal(capsys, ["train", "--resume", str(run_dir)])
     assert "no complete checkpoint" in err
+    _no_ray_started()
+
+
+def test_resume_from_a_checkpoint_of_an_unknown_format_is_refused(capsys, tmp_path: Path, tiny_model_dir: Path) -> None:
+    from strat.config import save_resolved
+    from strat.model import checkpoint
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    save_resolved(load_config(DEFAULT, small_overrides(tmp_path, tiny_model_dir)), run_dir)
+    written = checkpoint.checkpoint_dir(run_dir, 3)
+    written.mkdir(parents=True)
+    (written / "loop_state.json").write_text(json.dumps({"format": 99, "step": 3}))
+    (written / checkpoint.COMPLETE).write_text("3")
+    err = _refusal(capsys, ["train", "--resume", str(run_dir)])
+    assert "has format 99" in err and "reads formats 1, 2" in err
     _no_ray_started()
 
 

@@ -1,0 +1,66 @@
+"""A collected rollout as the driver holds it between steps, and its JSON form: with overlap, a checkpoint carries
+the rollout that was in flight, so that a resumed run trains on the very episodes an uninterrupted one would."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from strat.algorithm.records import Episode, ParsedResponse, Sections, Turn
+from strat.sync.fingerprint import WeightsTag
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """Step `step`'s episodes, the rollout's wall time, and the weights its agents held (one tag unless agents
+    disagreed)."""
+
+    step: int
+    episodes: list[Episode]
+    seconds: float
+    weights: tuple[WeightsTag, ...]
+
+
+def rollout_to_json(rollout: Rollout) -> dict[str, Any]:
+    """Plain JSON data (tuples as lists); `rollout_from_json` gives the same rollout back."""
+    return {
+        "step": rollout.step,
+        "seconds": rollout.seconds,
+        "weights": [[tag.version, tag.fingerprint] for tag in rollout.weights],
+        "episodes": [dataclasses.asdict(episode) for episode in rollout.episodes],
+    }
+
+
+def rollout_from_json(data: dict[str, Any]) -> Rollout:
+    return Rollout(
+        step=int(data["step"]),
+        episodes=[_episode(item) for item in data["episodes"]],
+        seconds=float(data["seconds"]),
+        weights=tuple(WeightsTag(int(version), str(fingerprint)) for version, fingerprint in data["weights"]),
+    )
+
+
+def _episode(data: dict[str, Any]) -> Episode:
+    return Episode(
+        episode_id=data["episode_id"],
+        group_id=data["group_id"],
+        seed=int(data["seed"]),
+        game=data["game"],
+        agents=tuple(data["agents"]),
+        ego_agents=tuple(data["ego_agents"]),
+        turns=tuple(_turn(turn) for turn in data["turns"]),
+        returns={agent: float(value) for agent, value in data["returns"].items()},
+        private_info=dict(data["private_info"]),
+    )
+
+
+def _turn(data: dict[str, Any]) -> Turn:
+    response = data["response"]
+    parsed = None if response is None else ParsedResponse(
+        depth=int(response["depth"]), sections=Sections(**response["sections"]),
+        format_valid=bool(response["format_valid"]),
+    )
+    token_fields = ("prompt_token_ids", "response_token_ids", "behaviour_logprobs")
+    plain = {key: value for key, value in data.items() if key not in ("response", *token_fields)}
+    return Turn(**plain, response=parsed, **{key: tuple(data[key]) for key in token_fields})
