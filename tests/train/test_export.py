@@ -257,6 +257,10 @@ def test_export_carries_the_runs_format_in_generation_config_and_strat_json(expo
         "game": "kuhn_poker", "game_options": {}, "depth": 2, "format_penalty": -4.0, "samples_per_infoset": 2,
         "dtype": "float32", "max_model_len": 1024, "step": 2,
     }
+    card = (exported / "README.md").read_text()
+    assert ("`strat.json` gives the game (`kuhn_poker`, default options), the reasoning depth (2), the format penalty"
+            " (-4) and the samples per information set (2); `generation_config.json` the sampling (`max_new_tokens` 24,"
+            " `temperature` 0.9, `top_p` 0.95)") in card
 
 
 def test_an_exported_directory_is_loaded_in_its_runs_format(exported: Path) -> None:
