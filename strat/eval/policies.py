@@ -24,7 +24,7 @@ from strat.engines.base import Generation, SamplingParams
 from strat.errors import ConfigError
 from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability, exact_estimate
 from strat.model import checkpoint as checkpoints
-from strat.model import hub
+from strat.model import hub, sidecar
 from strat.train.rollout import Encode, Generate, RolloutRunner, RolloutSettings, derive_seed
 from strat.train.settings import rollout_settings
 
@@ -250,7 +250,8 @@ def load_policy(
 
     An LLM plays in its run's reasoning format (`config.yaml` next to `checkpoints/`) with `overrides` and
     `game_options` set over it; the run's game is used when `game` is None, and a different `game` is an error.
-    A bare model directory starts from the config's defaults.
+    A bare model directory exported by `strat export` plays in the format it carries (`strat.json` and the
+    sampling of `generation_config.json`) in the same way; any other starts from the config's defaults.
     """
     hub_name = hub.parse(spec)
     path = hub.local_dir(spec, "--policy") if hub_name is not None else Path(spec).expanduser()
@@ -272,7 +273,10 @@ def load_policy(
             raise ConfigError(f"--game-option: {err}") from None
         return ScriptedPolicy(spec, game, game_options)
     checkpoint, step, run_dir = resolve_checkpoint(path)
-    config = _run_config(checkpoint, run_dir, game, game_options, overrides or ReasoningOverrides())
+    exported = sidecar.read(checkpoint) if run_dir is None else None
+    config = _run_config(checkpoint, run_dir, exported, game, game_options, overrides or ReasoningOverrides())
+    if exported is not None and step is None:
+        step = exported.step
     name = f"{run_dir.name}@{step}" if run_dir is not None and step is not None else checkpoint.name
     if hub_name is not None:
         name = f"{hub_name.repo_id}@{checkpoint.name}"  # the snapshot directory is named by its commit
@@ -305,23 +309,31 @@ def resolve_checkpoint(path: Path) -> tuple[Path, int | None, Path | None]:
 def _run_config(
     checkpoint: Path,
     run_dir: Path | None,
+    exported: sidecar.PlaySettings | None,
     game: str | None,
     game_options: dict[str, object] | None,
     overrides: ReasoningOverrides,
 ) -> ExperimentConfig:
-    """The run's resolved config (the defaults for a bare model) with the model pointed at `checkpoint`, the
-    given game options merged over the run's, and `overrides` over its reasoning."""
+    """The run's resolved config (for an exported model, the settings it carries; else the defaults) with the
+    model pointed at `checkpoint`, the given game options merged over the run's, and `overrides` over its
+    reasoning."""
     tree: dict = {}
     saved = run_dir / "config.yaml" if run_dir is not None else None
     if saved is not None and saved.is_file():
         tree = yaml.safe_load(saved.read_text()) or {}
+    elif exported is not None:
+        tree = exported.config_tree()
+        tree["reasoning"].update(sidecar.generation_defaults(checkpoint))
+        saved = checkpoint / sidecar.SIDECAR
     tree.setdefault("model", {})["path"] = str(checkpoint)
     game_tree = tree.setdefault("game", {})
     if game is not None:
         _check_game(game)
         trained = game_tree.get("name")
         if saved is not None and trained not in (None, game):
-            raise ConfigError(f"--game={game!r}: the checkpoint was trained on {trained}; evaluate it on {trained}")
+            raise ConfigError(
+                f"--game={game!r}: the model was trained on {trained} ({saved}); evaluate it on {trained}"
+            )
         game_tree["name"] = game
     if game_options:
         game_tree["options"] = {**(game_tree.get("options") or {}), **game_options}

@@ -302,7 +302,21 @@ def render(config: ExperimentConfig, base: str, step: int, records: list[dict[st
         "model = AutoModelForCausalLM.from_pretrained(PATH)",
         "```",
         "",
-        f"`strat eval --policy PATH --game {game.name}` evaluates it against scripted opponents.",
+        _eval_use(config),
         "",
     ]
     return "\n".join(lines)
+
+
+def _eval_use(config: ExperimentConfig) -> str:
+    """How `strat eval` plays this directory: in the run's format, from `strat.json` and `generation_config.json`."""
+    reasoning = config.reasoning
+    options = ", ".join(f"{k}={v}" for k, v in config.game.options.items()) or "default options"
+    return (f"`strat eval --policy PATH --game {config.game.name}` evaluates it against scripted opponents as the run"
+            " evaluated its checkpoints (the same `eval.json` for the same `--seed`): `strat.json` gives the game"
+            f" (`{config.game.name}`, {options}), the reasoning depth ({reasoning.depth}), the format penalty"
+            f" ({config.algorithm.format_penalty:g}) and the samples per information set"
+            f" ({config.eval.samples_per_infoset}); `generation_config.json` the sampling (`max_new_tokens`"
+            f" {reasoning.max_new_tokens}, `temperature` {reasoning.temperature:g}, `top_p` {reasoning.top_p:g})."
+            " `--depth`, `--game-option`, `--max-new-tokens`, `--temperature` and `--samples-per-infoset` override"
+            " them.")

@@ -1,5 +1,6 @@
 """`strat export`: a run's checkpoint as a clean Hugging Face model directory (safetensors weights, config,
-tokenizer with its chat template, generation config) with a model card, and nothing of the training state.
+tokenizer with its chat template, generation config with the run's sampling settings, a `strat.json` sidecar with
+its game and reasoning format) with a model card, and nothing of the training state.
 
 A checkpoint's top-level weights are already the plain model (LoRA deltas merged in by the learner), so the
 export copies them; only weights of mixed float dtypes (a LoRA run's bf16 base with float32 merged layers) are
@@ -7,6 +8,7 @@ rewritten, all in the widest of them."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ import yaml
 
 from strat.config import ExperimentConfig, from_dict
 from strat.errors import UserError
-from strat.model import card, checkpoint
+from strat.model import card, checkpoint, sidecar
 from strat.model.safetensors_io import write_safetensors
 
 _FLOAT_WIDTH = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
@@ -86,7 +88,8 @@ def export_run(run_dir: Path, out: Path, step: int | None = None) -> Exported:
         tokenizer = AutoTokenizer.from_pretrained(ckpt.path, trust_remote_code=config.model.trust_remote_code)
         _write_weights(ckpt.path, staging, config.model.trust_remote_code)
         tokenizer.save_pretrained(staging)
-        _write_generation_config(ckpt.path, staging, tokenizer, config.reasoning.max_new_tokens)
+        _write_generation_config(ckpt.path, staging, tokenizer, config)
+        sidecar.write(sidecar.PlaySettings.from_config(config, ckpt.step), staging)
         sample = card.example(run_dir, config, ckpt.step, tokenizer)
         from strat.train import metrics  # deferred with the rest: TensorBoard's writer comes along
         from strat.train.resume import read_overrides
@@ -133,9 +136,10 @@ def _write_weights(source: Path, target: Path, trust_remote_code: bool) -> None:
     model_config.save_pretrained(target)
 
 
-def _write_generation_config(source: Path, target: Path, tokenizer: object, max_new_tokens: int) -> None:
+def _write_generation_config(source: Path, target: Path, tokenizer: object, config: ExperimentConfig) -> None:
     """The checkpoint's generation config (or a fresh one) with every end-of-turn token Strat stopped on as
-    `eos_token_id`, a pad token, and the trained response budget as `max_new_tokens`."""
+    `eos_token_id`, a pad token, and the run's sampling: its response budget as `max_new_tokens`, `temperature` and
+    `top_p` (written even where they equal transformers' defaults, which `save_pretrained` leaves out)."""
     from transformers import GenerationConfig
 
     from strat.engines.base import stop_token_ids
@@ -149,5 +153,11 @@ def _write_generation_config(source: Path, target: Path, tokenizer: object, max_
     if generation.pad_token_id is None:
         pad = getattr(tokenizer, "pad_token_id", None)
         generation.pad_token_id = pad if pad is not None else eos[-1]
-    generation.max_new_tokens = max_new_tokens
+    reasoning = config.reasoning
+    generation.max_new_tokens = reasoning.max_new_tokens
+    generation.do_sample, generation.temperature, generation.top_p = True, reasoning.temperature, reasoning.top_p
     generation.save_pretrained(target)
+    path = target / "generation_config.json"
+    written = json.loads(path.read_text())
+    written.update({key: getattr(reasoning, key) for key in sidecar.GENERATION_KEYS})
+    path.write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")

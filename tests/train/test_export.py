@@ -1,5 +1,6 @@
 """`strat export`: a short training run's checkpoint as a Hugging Face model directory that transformers and vLLM load
-with the checkpoint's greedy output, a card whose figures are metrics.jsonl's, LoRA merged, and refusals."""
+with the checkpoint's greedy output, a card whose figures are metrics.jsonl's, LoRA merged, refusals, and the run's
+format carried along, so that `strat eval` of the export equals `strat eval` of the checkpoint."""
 
 import ast
 import json
@@ -21,6 +22,8 @@ from strat.algorithm.reasoning import build_messages
 from strat.config import load_config, save_resolved
 from strat.engines import SamplingParams, build_engine
 from strat.engines.base import stop_token_ids
+from strat.errors import ConfigError
+from strat.eval.policies import PolicyInfo, ReasoningOverrides, load_policy
 from strat.model import checkpoint
 from strat.model.build import LoraSettings
 from strat.model.export import export_run
@@ -36,6 +39,8 @@ SHORT = [
     "schedule.checkpoint_every=2", "eval.games=6", "eval.samples_per_infoset=2", "eval.bootstrap=5",
     "logging.samples_every=1", "logging.tensorboard=false", "warm_start.enabled=false", "algorithm.groups_per_step=2",
     "algorithm.group_size=3", "reasoning.max_new_tokens=24", "algorithm.lr=0.01",
+    # Off the defaults, so that an evaluation of the export with the defaults would differ from the run's.
+    "reasoning.temperature=0.9", "reasoning.top_p=0.95", "algorithm.format_penalty=-4.0",
 ]
 TRAINING_STATE = {"optimizer.pt", "rng.json", "loop_state.json", checkpoint.COMPLETE, "snapshot", "adapter"}
 
@@ -232,3 +237,88 @@ def test_lora_run_exports_merged_weights_with_base_plus_adapter_logits(
         got = AutoModelForCausalLM.from_pretrained(exported.out, dtype=torch.float32).eval()(ids).logits
     assert (expected - base_logits).abs().max() > 1e-3, "the adapter moved the model"
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+# --- `strat eval` of the export plays as the run's own evaluation ---------------------------------------------------
+
+_RUN_FORMAT = {"depth": 2, "max_new_tokens": 24, "temperature": 0.9, "top_p": 0.95, "format_penalty": -4.0}
+"""The reasoning format and sampling of the fixture's run (SHORT and the default config), by hand."""
+
+
+def _format(info: PolicyInfo) -> dict[str, object]:
+    return {key: getattr(info, key) for key in _RUN_FORMAT}
+
+
+def test_export_carries_the_runs_format_in_generation_config_and_strat_json(exported: Path) -> None:
+    generation = json.loads((exported / "generation_config.json").read_text())
+    assert (generation["max_new_tokens"], generation["temperature"], generation["top_p"]) == (24, 0.9, 0.95)
+    assert generation["do_sample"] is True
+    assert json.loads((exported / "strat.json").read_text()) == {
+        "game": "kuhn_poker", "game_options": {}, "depth": 2, "format_penalty": -4.0, "samples_per_infoset": 2,
+        "dtype": "float32", "max_model_len": 1024, "step": 2,
+    }
+    card = (exported / "README.md").read_text()
+    assert ("`strat.json` gives the game (`kuhn_poker`, default options), the reasoning depth (2), the format penalty"
+            " (-4) and the samples per information set (2); `generation_config.json` the sampling (`max_new_tokens` 24,"
+            " `temperature` 0.9, `top_p` 0.95)") in card
+
+
+def test_an_exported_directory_is_loaded_in_its_runs_format(exported: Path) -> None:
+    policy = load_policy(str(exported), None, backend="hf")  # the game too comes from strat.json
+    try:
+        assert (policy.game, policy.game_options, policy.samples_per_infoset) == ("kuhn_poker", {}, 2)
+        assert _format(policy.info) == _RUN_FORMAT
+        assert (policy.info.step, policy.info.run_dir) == (2, None)
+    finally:
+        policy.close()
+    overridden = load_policy(str(exported), "kuhn_poker", backend="hf",
+                             overrides=ReasoningOverrides(depth=1, max_new_tokens=30, temperature=0.5))
+    try:
+        assert _format(overridden.info) == {**_RUN_FORMAT, "depth": 1, "max_new_tokens": 30, "temperature": 0.5}
+    finally:
+        overridden.close()
+    with pytest.raises(ConfigError, match="trained on kuhn_poker"):
+        load_policy(str(exported), "leduc_poker", backend="hf")
+
+
+def test_a_plain_model_directory_keeps_the_config_defaults(tiny_model_dir: Path, tmp_path: Path) -> None:
+    # A chat model's own generation config (here temperature 0.7, as Qwen's has) does not change how it is
+    # evaluated without Strat's sidecar.
+    plain = tmp_path / "plain"
+    shutil.copytree(tiny_model_dir, plain)
+    generation = json.loads((plain / "generation_config.json").read_text())
+    (plain / "generation_config.json").write_text(json.dumps({**generation, "temperature": 0.7, "top_p": 0.8,
+                                                              "max_new_tokens": 40, "do_sample": True}))
+    policy = load_policy(str(plain), "kuhn_poker", backend="hf")
+    try:
+        assert _format(policy.info) == {"depth": 2, "max_new_tokens": 128, "temperature": 1.0, "top_p": 1.0,
+                                        "format_penalty": -3.0}
+        assert (policy.samples_per_infoset, policy.info.step) == (16, None)
+    finally:
+        policy.close()
+
+
+def _eval(policy: Path, out: Path) -> dict:
+    argv = ["eval", "--policy", str(policy), "--game", "kuhn_poker", "--depth", "2", "--games", "4", "--opponents",
+            "random", "--bootstrap", "5", "--transcripts", "2", "--backend", "hf", "--seed", "7", "--out", str(out)]
+    assert cli.main(argv) == 0
+    return json.loads((out / "eval.json").read_text())
+
+
+@pytest.mark.slow
+def test_eval_of_the_export_equals_eval_of_the_final_checkpoint(trained: Path, exported: Path,
+                                                                 tmp_path: Path) -> None:
+    # No --samples-per-infoset: the run's eval.samples_per_infoset (2) is the default of both.
+    of_run, of_export = _eval(trained, tmp_path / "run"), _eval(exported, tmp_path / "export")
+    for key in ("game", "game_options", "seed", "matches", "exploitability", "validity", "cot", "notes"):
+        assert of_export[key] == of_run[key], key
+    assert of_run["exploitability"]["samples_per_infoset"] == 2
+    (run_info,), (export_info,) = of_run["policies"], of_export["policies"]
+    paths = ("name", "checkpoint", "run_dir")
+    assert {k: v for k, v in export_info.items() if k not in paths} == {k: v for k, v in run_info.items()
+                                                                        if k not in paths}
+    assert _format(PolicyInfo(**run_info)) == _RUN_FORMAT
+    # The sampled responses themselves (the tiny model's are not moves, so the results above hold whatever it says).
+    run_html = (tmp_path / "run" / "transcripts.html").read_text().replace(run_info["name"], "POLICY")
+    export_html = (tmp_path / "export" / "transcripts.html").read_text().replace(export_info["name"], "POLICY")
+    assert export_html == run_html
