@@ -261,16 +261,16 @@ def load_policy(
                 f"--policy={spec!r}: a scripted policy needs --game (allowed: {', '.join(games.names())})"
             )
         _check_game(game)
+        try:
+            games.spec(game, **(game_options or {}))
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"--game-option: {err}") from None
         allowed = opponent_names(game, **(game_options or {}))
         if spec not in allowed:
             raise ConfigError(
                 f"--policy={spec!r}: not a checkpoint or run directory, nor a scripted policy for {game} "
                 f"(scripted: {', '.join(allowed)})"
             )
-        try:
-            games.spec(game, **(game_options or {}))
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"--game-option: {err}") from None
         return ScriptedPolicy(spec, game, game_options)
     checkpoint, step, run_dir = resolve_checkpoint(path)
     exported = sidecar.read(checkpoint) if run_dir is None else None
