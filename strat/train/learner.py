@@ -91,6 +91,9 @@ class LearnerSettings:
     """Parameters whose name contains one of these stay as loaded (no gradient, no optimizer state)."""
     rehearsal_batch: int = 16
     """DPH-RL (`loss.dph_divergence`): rehearsal samples drawn for each optimizer step's divergence term."""
+    share_prefix: bool = True
+    """Run each micro-batch's common prompt prefix once and reuse its keys and values (`strat.train.prefix`);
+    not under FSDP2 or gradient checkpointing, where every forward takes whole sequences."""
 
     def __post_init__(self) -> None:
         if self.loss.move_entropy_coef > 0 and not self.move_names:
@@ -168,6 +171,10 @@ class PolicyLearner:
         """The weights of the frozen snapshot opponent, kept so that a checkpoint can restore it."""
         self.rehearsal: list[TrainSample] = []
         """DPH-RL's rehearsal samples, their `behaviour_logprobs` the initial policy's (`set_rehearsal`)."""
+        # FSDP2 would gather and free every layer's weights twice per forward (prefix, then suffixes), and
+        # transformers drops a layer's cache under gradient checkpointing: whole sequences there.
+        self.share_prefix = settings.share_prefix and not self.sharded and not settings.gradient_checkpointing
+        """Whether forwards run each micro-batch's common prompt prefix once (`settings.share_prefix`)."""
 
     def _trainable(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -249,7 +256,7 @@ class PolicyLearner:
         was_training = model.training
         model.eval()
         with self._autocast():
-            out = sequence_logprobs(model, batch, self.settings.temperature)
+            out = sequence_logprobs(model, batch, self.settings.temperature, self.share_prefix)
         model.train(was_training)
         return out
 
@@ -337,6 +344,7 @@ class PolicyLearner:
                         settings.temperature,
                         entropy=settings.loss.entropy_coef > 0,
                         candidates=moves[1] if moves is not None else None,
+                        share_prefix=self.share_prefix,
                     )
                 if number == 0:  # before the first optimizer step: the weights are still those of the update's start
                     _keep_rows(proximal, rows, logprobs.detach(), batch.response_mask)
@@ -441,7 +449,7 @@ class PolicyLearner:
             chunk = own[index] if counted else drawn[:1]  # every rank runs as many forwards (collectives)
             batch = TrainBatch.collate(chunk, self.pad_id).to(self.device)
             with self._autocast():
-                logprobs = sequence_logprobs(self.model, batch, settings.temperature)
+                logprobs = sequence_logprobs(self.model, batch, settings.temperature, self.share_prefix)
             out = rehearsal_loss(settings.loss, logprobs, batch.behaviour_logprobs, batch.response_mask)
             if settings.loss.loss_agg == "seq_mean":
                 share = len(chunk) / len(drawn)
