@@ -213,7 +213,8 @@ class LearnerConfig(_Section):
     share_prefix: bool = True
     """Run the prompt prefix that a micro-batch's samples share (the system prompt at least) through the model
     once and reuse its keys and values for every sample; the gradient still flows through it, and the result
-    equals whole-sequence forwards up to float rounding. Off under FSDP2 and gradient checkpointing."""
+    equals whole-sequence forwards up to float rounding. Not under FSDP2 (several learner ranks) or on models
+    with sliding-window or linear attention layers: every forward takes whole sequences there."""
 
 
 class OpponentConfig(_Section):

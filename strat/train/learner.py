@@ -55,6 +55,7 @@ from strat.engines.base import stop_token_ids
 from strat.model import checkpoint
 from strat.model.build import DTYPES, LoraSettings, add_lora, freeze, resolve_device, shard_model, wants_fsdp
 from strat.model.safetensors_io import replace_dir, write_safetensors
+from strat.train.prefix import can_share_prefix
 from strat.train.rehearsal import draw_batch
 from strat.train.sequences import sequence_forward, sequence_logprobs, split_for_ranks
 
@@ -93,7 +94,7 @@ class LearnerSettings:
     """DPH-RL (`loss.dph_divergence`): rehearsal samples drawn for each optimizer step's divergence term."""
     share_prefix: bool = True
     """Run each micro-batch's common prompt prefix once and reuse its keys and values (`strat.train.prefix`);
-    not under FSDP2 or gradient checkpointing, where every forward takes whole sequences."""
+    not under FSDP2 or on models with sliding-window or linear attention layers (whole sequences there)."""
 
     def __post_init__(self) -> None:
         if self.loss.move_entropy_coef > 0 and not self.move_names:
@@ -171,9 +172,9 @@ class PolicyLearner:
         """The weights of the frozen snapshot opponent, kept so that a checkpoint can restore it."""
         self.rehearsal: list[TrainSample] = []
         """DPH-RL's rehearsal samples, their `behaviour_logprobs` the initial policy's (`set_rehearsal`)."""
-        # FSDP2 would gather and free every layer's weights twice per forward (prefix, then suffixes), and
-        # transformers drops a layer's cache under gradient checkpointing: whole sequences there.
-        self.share_prefix = settings.share_prefix and not self.sharded and not settings.gradient_checkpointing
+        # Not under FSDP2: there a shared forward would gather every layer's weights twice (prefix, then
+        # suffixes), and two root forwards before one backward are untested with its gradient hooks.
+        self.share_prefix = settings.share_prefix and not self.sharded and can_share_prefix(self.model)
         """Whether forwards run each micro-batch's common prompt prefix once (`settings.share_prefix`)."""
 
     def _trainable(self) -> list[torch.nn.Parameter]:

@@ -137,14 +137,17 @@ def test_shared_length_covers_the_system_prompt(tiny_model_dir: Path) -> None:
     assert shared_prefix_length(batch.prompt_ids, batch.prompt_mask) >= system > 100
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_update_with_shared_prefix_equals_update_without(tiny_model_dir: Path, lora: bool) -> None:
+@pytest.mark.parametrize(("lora", "checkpointing"), [(False, False), (True, False), (False, True)],
+                         ids=["full", "lora", "gradient-checkpointing"])
+def test_update_with_shared_prefix_equals_update_without(tiny_model_dir: Path, lora: bool, checkpointing: bool
+                                                         ) -> None:
     samples = _samples(10, seed=1)
     results = {}
     for share in (False, True):
         torch.manual_seed(0)
         settings = LearnerSettings(lr=1e-2, micro_batch=4, minibatches=2, share_prefix=share,
-                                   lora=LoraSettings(r=4, alpha=8) if lora else None)
+                                   lora=LoraSettings(r=4, alpha=8) if lora else None,
+                                   gradient_checkpointing=checkpointing)
         learner = PolicyLearner(tiny_model_dir, settings)
         positions = _Positions(learner.model)
         steps = _Gradients(learner.optimizer)
