@@ -1,18 +1,24 @@
 """How long one learner update takes on the configured model, at a fixed batch; optionally against another checkout.
 
     python bench/learner_update.py [--config configs/kuhn_poker_tiny.yaml] [--samples 110] [--prompt 450]
-                                   [--response 145] [--updates 3] [--baseline DIR] [--rounds 3] [key=value ...]
+                                   [--response 145] [--updates 3] [--share-prefix | --no-share-prefix]
+                                   [--baseline DIR | --compare-prefix] [--rounds 3] [key=value ...]
 
 The batch is made up, at the sizes of a default training step (about 110 samples of a ~450-token prompt and up
 to ~145 response tokens; the lengths vary per sample, seeded), so that only the learner is measured: each update
 is one `PolicyLearner.update` with the config's learner settings on the config's model before any warm start
 (the weights do not change the work). One warm-up update is left out; the figures are the medians over `--updates`
-of the wall time, the process's CPU time (less sensitive to other jobs on a shared machine) and the number of
-forward calls on the model.
+of the wall time, the process's CPU time (less sensitive to other jobs on a shared machine), the number of
+forward calls on the model and the token positions that reach it (its embedding layer's inputs).
+
+`--share-prefix` / `--no-share-prefix` set `learner.share_prefix` (default: the config's). Every made-up prompt
+starts with the same two thirds (a stand-in system prompt), so sharing runs those ~300 tokens once per
+micro-batch.
 
 With `--baseline DIR` (another checkout of this repository, e.g. `git worktree add /tmp/base main`) the two
 codes are measured in turns, each in its own process, `--rounds` times (baseline, this, baseline, this, ...), and
 the medians and their ratio are printed: on a shared machine the interleaving spreads the noise over both.
+`--compare-prefix` does the same with this checkout alone, without prefix sharing against with it.
 
 With `algorithm.dph_divergence=js` (or forward_kl) the rehearsal set is the batch itself, scored at the start, and
 the time of the DPH-RL term (`time/dph_s`) is printed apart: its cost, which the speed figures leave out.
@@ -55,25 +61,32 @@ def made_up_samples(count: int, prompt: int, response: int, vocab: int, seed: in
 
 def measure(args: argparse.Namespace) -> dict[str, float]:
     """Median wall and CPU seconds per update of this checkout's learner, and its model forwards per update."""
-    config = load_config(args.config, list(args.overrides))
+    overrides = list(args.overrides)
+    if args.share_prefix is not None:
+        overrides.append(f"learner.share_prefix={str(args.share_prefix).lower()}")
+    config = load_config(args.config, overrides)
     learner = PolicyLearner(base_model_path(config), learner_settings(config))
     samples = made_up_samples(args.samples, args.prompt, args.response, len(learner.tokenizer), config.run.seed)
     if config.algorithm.dph_divergence != "none":  # rehearsal on the batch itself: only its cost is measured
         learner.set_rehearsal(samples[: config.algorithm.dph_samples], score=True)
-    forwards = []
+    forwards, positions = [], []
     learner.model.register_forward_hook(lambda module, inputs, output: forwards.append(1))
-    wall, cpu, calls, dph = [], [], [], []
+    learner.model.get_input_embeddings().register_forward_hook(
+        lambda module, inputs, output: positions.append(inputs[0].numel()))
+    wall, cpu, calls, seen, dph = [], [], [], [], []
     for _ in range(args.updates + 1):
         forwards.clear()
+        positions.clear()
         started, started_cpu = time.perf_counter(), time.process_time()
         metrics = learner.update(samples)
         wall.append(time.perf_counter() - started)
         cpu.append(time.process_time() - started_cpu)
         calls.append(len(forwards))
+        seen.append(sum(positions))
         dph.append(metrics.get("time/dph_s", 0.0))
     return {"update_s": statistics.median(wall[1:]), "update_cpu_s": statistics.median(cpu[1:]),
-            "forwards": float(statistics.median(calls[1:])), "dph_s": statistics.median(dph[1:]),
-            "samples": float(len(samples)),
+            "forwards": float(statistics.median(calls[1:])), "positions": float(statistics.median(seen[1:])),
+            "dph_s": statistics.median(dph[1:]), "samples": float(len(samples)),
             "tokens": float(sum(len(s.prompt_token_ids) + len(s.response_token_ids) for s in samples))}
 
 
@@ -86,7 +99,9 @@ def run_in(checkout: Path, argv: list[str]) -> dict[str, float]:
 
 
 def _line(figures: dict[str, float]) -> str:
-    return f"{figures['update_s']:.2f} s (CPU {figures['update_cpu_s']:.2f} s, {figures['forwards']:.0f} forwards)"
+    # A checkout from before prefix sharing does not count token positions.
+    positions = f", {figures['positions']:,.0f} token positions" if "positions" in figures else ""
+    return f"{figures['update_s']:.2f} s (CPU {figures['update_cpu_s']:.2f} s, {figures['forwards']:.0f} forwards{positions})"
 
 
 def main() -> None:
@@ -97,11 +112,17 @@ def main() -> None:
     parser.add_argument("--response", type=int, default=145)
     parser.add_argument("--updates", type=int, default=3, help="timed updates per process (after one warm-up)")
     parser.add_argument("--baseline", type=Path, help="another checkout to measure in turns with this one")
-    parser.add_argument("--rounds", type=int, default=3, help="processes per checkout with --baseline")
+    parser.add_argument("--share-prefix", action=argparse.BooleanOptionalAction, default=None,
+                        help="set learner.share_prefix (default: the config's)")
+    parser.add_argument("--compare-prefix", action="store_true",
+                        help="measure this checkout without and with prefix sharing, in turns")
+    parser.add_argument("--rounds", type=int, default=3, help="processes per arm with --baseline or --compare-prefix")
     parser.add_argument("--json", action="store_true", help="print one JSON line (used by --baseline)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")
     args = parser.parse_args()
-    if args.baseline is None:
+    if args.baseline is not None and args.compare_prefix:
+        parser.error("--baseline and --compare-prefix are two different comparisons: pick one")
+    if args.baseline is None and not args.compare_prefix:
         figures = measure(args)
         if args.json:
             print(json.dumps(figures))
@@ -112,16 +133,25 @@ def main() -> None:
         return
     argv = ["--config", str(Path(args.config).resolve()), "--samples", str(args.samples), "--prompt", str(args.prompt),
             "--response", str(args.response), "--updates", str(args.updates), *args.overrides]
-    base, ours = [], []
+    if args.compare_prefix:
+        arms = [("no sharing", HERE, [*argv, "--no-share-prefix"]), ("sharing", HERE, [*argv, "--share-prefix"])]
+    else:
+        sharing = [] if args.share_prefix is None else ["--share-prefix" if args.share_prefix else "--no-share-prefix"]
+        arms = [("baseline", args.baseline.resolve(), argv), ("this", HERE, [*argv, *sharing])]
+    results: list[list[dict[str, float]]] = [[], []]
     for round_ in range(args.rounds):
-        base.append(run_in(args.baseline.resolve(), argv))
-        ours.append(run_in(HERE, argv))
-        print(f"round {round_ + 1}: baseline {_line(base[-1])}, this {_line(ours[-1])}", flush=True)
+        for (name, checkout, arm_argv), figures in zip(arms, results, strict=True):
+            figures.append(run_in(checkout, arm_argv))
+        print(f"round {round_ + 1}: " + ", ".join(f"{name} {_line(figures[-1])}"
+                                                   for (name, *_), figures in zip(arms, results, strict=True)),
+              flush=True)
+    (first, *_), (second, *_) = arms
     for key, name in (("update_s", "wall"), ("update_cpu_s", "CPU")):
-        before, after = statistics.median(r[key] for r in base), statistics.median(r[key] for r in ours)
-        print(f"median {name} time per update: baseline {before:.2f} s, this {after:.2f} s"
-              f" ({(1 - after / before) * 100:.0f}% less)")
-
+        before = statistics.median(r[key] for r in results[0])
+        after = statistics.median(r[key] for r in results[1])
+        change = (1 - after / before) * 100
+        print(f"median {name} time per update: {first} {before:.2f} s, {second} {after:.2f} s"
+              f" ({abs(change):.0f}% {'less' if change >= 0 else 'more'})")
 
 if __name__ == "__main__":
     main()

@@ -210,6 +210,11 @@ class LearnerConfig(_Section):
     freeze: list[str] = Field(default_factory=list)
     """Parameters that stay as loaded: each entry is a substring of parameter names (e.g. "lm_head",
     "embed_tokens"); every entry must name at least one parameter."""
+    share_prefix: bool = True
+    """Run the prompt prefix that a micro-batch's samples share (the system prompt at least) through the model
+    once and reuse its keys and values for every sample; the gradient still flows through it, and the result
+    equals whole-sequence forwards up to float rounding. Not under FSDP2 (several learner ranks) or on models
+    with sliding-window or linear attention layers: every forward takes whole sequences there."""
 
 
 class OpponentConfig(_Section):

@@ -55,6 +55,7 @@ from strat.engines.base import stop_token_ids
 from strat.model import checkpoint
 from strat.model.build import DTYPES, LoraSettings, add_lora, freeze, resolve_device, shard_model, wants_fsdp
 from strat.model.safetensors_io import replace_dir, write_safetensors
+from strat.train.prefix import can_share_prefix
 from strat.train.rehearsal import draw_batch
 from strat.train.sequences import sequence_forward, sequence_logprobs, split_for_ranks
 
@@ -91,6 +92,9 @@ class LearnerSettings:
     """Parameters whose name contains one of these stay as loaded (no gradient, no optimizer state)."""
     rehearsal_batch: int = 16
     """DPH-RL (`loss.dph_divergence`): rehearsal samples drawn for each optimizer step's divergence term."""
+    share_prefix: bool = True
+    """Run each micro-batch's common prompt prefix once and reuse its keys and values (`strat.train.prefix`);
+    not under FSDP2 or on models with sliding-window or linear attention layers (whole sequences there)."""
 
     def __post_init__(self) -> None:
         if self.loss.move_entropy_coef > 0 and not self.move_names:
@@ -168,6 +172,10 @@ class PolicyLearner:
         """The weights of the frozen snapshot opponent, kept so that a checkpoint can restore it."""
         self.rehearsal: list[TrainSample] = []
         """DPH-RL's rehearsal samples, their `behaviour_logprobs` the initial policy's (`set_rehearsal`)."""
+        # Not under FSDP2: there a shared forward would gather every layer's weights twice (prefix, then
+        # suffixes), and two root forwards before one backward are untested with its gradient hooks.
+        self.share_prefix = settings.share_prefix and not self.sharded and can_share_prefix(self.model)
+        """Whether forwards run each micro-batch's common prompt prefix once (`settings.share_prefix`)."""
 
     def _trainable(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -249,7 +257,7 @@ class PolicyLearner:
         was_training = model.training
         model.eval()
         with self._autocast():
-            out = sequence_logprobs(model, batch, self.settings.temperature)
+            out = sequence_logprobs(model, batch, self.settings.temperature, self.share_prefix)
         model.train(was_training)
         return out
 
@@ -337,6 +345,7 @@ class PolicyLearner:
                         settings.temperature,
                         entropy=settings.loss.entropy_coef > 0,
                         candidates=moves[1] if moves is not None else None,
+                        share_prefix=self.share_prefix,
                     )
                 if number == 0:  # before the first optimizer step: the weights are still those of the update's start
                     _keep_rows(proximal, rows, logprobs.detach(), batch.response_mask)
@@ -441,7 +450,7 @@ class PolicyLearner:
             chunk = own[index] if counted else drawn[:1]  # every rank runs as many forwards (collectives)
             batch = TrainBatch.collate(chunk, self.pad_id).to(self.device)
             with self._autocast():
-                logprobs = sequence_logprobs(self.model, batch, settings.temperature)
+                logprobs = sequence_logprobs(self.model, batch, settings.temperature, self.share_prefix)
             out = rehearsal_loss(settings.loss, logprobs, batch.behaviour_logprobs, batch.response_mask)
             if settings.loss.loss_agg == "seq_mean":
                 share = len(chunk) / len(drawn)

@@ -9,11 +9,15 @@ import torch
 
 from strat.algorithm.losses import choice_entropy, token_entropy, token_logprobs
 from strat.algorithm.records import TrainBatch, TrainSample
+from strat.train.prefix import batch_logits
 
 
-def sequence_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: float) -> torch.Tensor:
-    """Log-probs [B, R] of the response tokens under the temperature-scaled model (0 on padding)."""
-    return sequence_logprobs_and_entropy(model, batch, temperature, entropy=False)[0]
+def sequence_logprobs(
+    model: torch.nn.Module, batch: TrainBatch, temperature: float, share_prefix: bool = False
+) -> torch.Tensor:
+    """Log-probs [B, R] of the response tokens under the temperature-scaled model (0 on padding); with
+    `share_prefix` the batch's common prompt prefix runs once (`strat.train.prefix`)."""
+    return sequence_forward(model, batch, temperature, share_prefix=share_prefix)[0]
 
 
 def sequence_logprobs_and_entropy(
@@ -31,18 +35,14 @@ def sequence_forward(
     temperature: float,
     entropy: bool = False,
     candidates: torch.Tensor | None = None,
+    share_prefix: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """As `sequence_logprobs_and_entropy`, and with `candidates` ([B, R, K] token ids, -1 for none) the entropy
-    [B, R] of the choice between each position's candidates (`losses.choice_entropy`)."""
-    input_ids = batch.input_ids
-    attention = batch.attention_mask.long()
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    response_len = batch.response_ids.shape[1]
+    [B, R] of the choice between each position's candidates (`losses.choice_entropy`). With `share_prefix` the
+    batch's common prompt prefix runs once (`strat.train.prefix`)."""
     # Logits at position p predict the token at p + 1, so the last R + 1 positions cover the response;
     # computing only those keeps the vocabulary projection off the prompt.
-    logits = model(
-        input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=response_len + 1
-    ).logits
+    logits = batch_logits(model, batch, batch.response_ids.shape[1] + 1, share_prefix)
     predicting = logits[:, :-1, :]
     logprobs = token_logprobs(predicting, batch.response_ids, temperature)
     logprobs = torch.where(batch.response_mask, logprobs, torch.zeros_like(logprobs))

@@ -71,6 +71,7 @@ def learner_settings(config: ExperimentConfig) -> LearnerSettings:
         export_dtype=config.engine.dtype,
         move_names=tuple(games.make(config.game.name, **config.game.options).all_action_names()),
         freeze=tuple(config.learner.freeze),
+        share_prefix=config.learner.share_prefix,
         rehearsal_batch=algo.dph_batch,
     )
 

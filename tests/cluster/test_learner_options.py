@@ -178,7 +178,9 @@ def gloo_world_of_one() -> Iterator[None]:
 def test_fsdp2_at_world_size_one_matches_the_unsharded_learner(
     gloo_world_of_one, tiny_model_dir: Path, tmp_path: Path, lora: LoraSettings | None
 ) -> None:
-    settings = LearnerSettings(lr=2e-2, lora=lora)
+    # FSDP2 forwards take whole sequences: so does the learner it is compared with (prefix sharing would differ
+    # by float rounding, which AdamW's steps amplify past the tolerance).
+    settings = LearnerSettings(lr=2e-2, lora=lora, share_prefix=False)
     sharded = PolicyLearner(tiny_model_dir, replace(settings, fsdp=True))
     plain = PolicyLearner(tiny_model_dir, settings)
     assert sharded.sharded and type(sharded.model).__name__.startswith("FSDP")
