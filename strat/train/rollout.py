@@ -22,6 +22,7 @@ from strat.algorithm.reasoning import (
     user_prompt,
 )
 from strat.algorithm.records import Episode, Turn
+from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
 
 Generate = Callable[[list[list[int]], SamplingParams], list[Generation]]
@@ -40,16 +41,6 @@ def derive_seed(*parts: int | str) -> int:
 
 
 @dataclass(frozen=True)
-class OpponentChoice:
-    """Who the learning policy plays in a group: itself, a scripted opponent, or a frozen snapshot."""
-
-    kind: str
-    """`self`, `scripted` or `snapshot`."""
-    name: str | None = None
-    weight: float = 1.0
-
-
-@dataclass(frozen=True)
 class RolloutSettings:
     """What a rollout needs from the experiment config."""
 
@@ -65,7 +56,8 @@ class RolloutSettings:
     max_tokens: int = 128
     temperature: float = 1.0
     top_p: float = 1.0
-    opponents: tuple[OpponentChoice, ...] = (OpponentChoice("self"),)
+    opponents: tuple[OpponentConfig, ...] = (OpponentConfig(kind="self"),)
+    """`game.opponents`: the config's own records, weighted."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +116,7 @@ class GroupPlan:
 
     group_id: str
     seed: int
-    opponent: OpponentChoice
+    opponent: OpponentConfig
     ego_seat: int
 
 
@@ -338,7 +330,7 @@ def _play_scripted(game: LiveGame, observe: bool) -> None:
 
 def evaluate_vs(runner: RolloutRunner, opponent: str, num_games: int, seed: int) -> tuple[list[float], list[bool]]:
     """Game returns (not penalties) and wins of the policy against a scripted opponent, seats alternating."""
-    settings = dataclasses.replace(runner.settings, group_size=1, opponents=(OpponentChoice("scripted", opponent),))
+    settings = dataclasses.replace(runner.settings, group_size=1, opponents=(OpponentConfig(kind="scripted", name=opponent),))
     num_players = games.spec(settings.game, **settings.game_options).num_players
     plans = [
         GroupPlan(group_id=f"eval-{index}", seed=derive_seed(seed, index, "deal") % (2**31),

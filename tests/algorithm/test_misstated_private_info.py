@@ -8,10 +8,11 @@ import pytest
 import games
 from strat.algorithm.comparison import ComparisonWeights, score_episodes
 from strat.algorithm.reasoning import OWN_INFO_LEAD, misstates_private_info
+from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
 from strat.model.warmstart import templated_response
 from strat.train import rollout
-from strat.train.rollout import GroupPlan, OpponentChoice, RolloutRunner, RolloutSettings
+from strat.train.rollout import GroupPlan, RolloutRunner, RolloutSettings
 from strat.train.trainer import episode_metrics
 
 CARDS = ("Jack", "Queen", "King")
@@ -58,7 +59,7 @@ class RestatingPolicy:
 def _play(lie: bool, penalize: bool, monkeypatch: pytest.MonkeyPatch):
     policy = RestatingPolicy(lie)
     settings = RolloutSettings(game="kuhn_poker", depth=2, group_size=2, max_tokens=16, format_penalty=-3.0,
-                               penalize_misstated=penalize, opponents=(OpponentChoice("self"),))
+                               penalize_misstated=penalize, opponents=(OpponentConfig(kind="self"),))
     runner = RolloutRunner(settings, lambda messages: [1, 2, 3], policy)
     original = rollout.llm_turns
 
@@ -67,7 +68,7 @@ def _play(lie: bool, penalize: bool, monkeypatch: pytest.MonkeyPatch):
         return original(player, batch, seed, observe)
 
     monkeypatch.setattr(rollout, "llm_turns", llm_turns)
-    plans = [GroupPlan(group_id=f"g{i}", seed=i, opponent=OpponentChoice("self"), ego_seat=0) for i in range(6)]
+    plans = [GroupPlan(group_id=f"g{i}", seed=i, opponent=OpponentConfig(kind="self"), ego_seat=0) for i in range(6)]
     episodes = runner.run(plans, sampling_seed=0)
     scored = score_episodes(episodes, ComparisonWeights())
     return episodes, episode_metrics(scored)
