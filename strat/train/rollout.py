@@ -14,13 +14,7 @@ from dataclasses import dataclass, field
 import games
 from games.base import TextGameEnv
 from games.opponents import Opponent, make_opponent
-from strat.algorithm.reasoning import (
-    build_messages,
-    decide,
-    misstates_private_info,
-    parse_response,
-    user_prompt,
-)
+from strat.algorithm.reasoning import build_messages, decide, misstates_private_info, parse_response, user_prompt
 from strat.algorithm.records import Episode, Turn
 from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
