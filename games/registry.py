@@ -1,6 +1,9 @@
-"""The registry of games by name."""
+"""The registry of games by name: the shipped games, games that installed packages name under the `strat.games`
+entry-point group, and games registered in this process."""
 
 from __future__ import annotations
+
+from importlib.metadata import entry_points
 
 from games.bargaining import BargainingEnv
 from games.base import BeliefValues, GameSpec, TextGameEnv
@@ -18,10 +21,18 @@ _GAMES: dict[str, type[TextGameEnv]] = {
 }
 
 
+ENTRY_POINTS = "strat.games"
+"""The entry-point group of installed games: `<game_name> = "<module>:<TextGameEnv class>"` in a package's metadata
+(pyproject's `[project.entry-points."strat.games"]`). Every process that looks a game up finds them: the CLI, and
+each Ray actor of a run, wherever the package is installed."""
+
+_installed_loaded = False
+
+
 def register(env_class: type[TextGameEnv]) -> type[TextGameEnv]:
     """Add a game to the registry under its `game_name` (usable as a class decorator); a game defined outside this
-    package becomes playable and trainable by name, `strat/` unchanged. Every process that plays it must import the
-    module that registers it."""
+    package becomes playable and trainable by name, `strat/` unchanged. This reaches only the calling process: a
+    game that Ray actors play is installed under the `strat.games` entry points instead (`ENTRY_POINTS`)."""
     name = getattr(env_class, "game_name", None)
     if not (isinstance(env_class, type) and issubclass(env_class, TextGameEnv)) or not isinstance(name, str):
         raise TypeError(f"{env_class!r} is not a TextGameEnv class with a game_name")
@@ -31,14 +42,31 @@ def register(env_class: type[TextGameEnv]) -> type[TextGameEnv]:
     return env_class
 
 
+def _games() -> dict[str, type[TextGameEnv]]:
+    """Every game, the installed ones loaded on the first look-up (their modules import this package)."""
+    global _installed_loaded
+    if not _installed_loaded:
+        _installed_loaded = True
+        for point in entry_points(group=ENTRY_POINTS):
+            try:
+                env_class = point.load()
+            except Exception as err:
+                raise ImportError(f"{ENTRY_POINTS} entry point {point.name} = {point.value!r}: {err}") from err
+            if getattr(env_class, "game_name", None) != point.name:
+                raise ValueError(f"{ENTRY_POINTS} entry point {point.name!r} names {env_class!r}, whose game_name is "
+                                 f"{getattr(env_class, 'game_name', None)!r}")
+            register(env_class)
+    return _GAMES
+
+
 def names() -> list[str]:
     """Names of all registered games, sorted."""
-    return sorted(_GAMES)
+    return sorted(_games())
 
 
 def make(name: str, **options: int | float | str | bool) -> TextGameEnv:
     """A new, reset env for game `name`; `options` are the game's parameters (e.g. players=3)."""
-    if name not in _GAMES:
+    if name not in _games():
         raise ValueError(f"unknown game {name!r}; allowed games: {names()}")
     return _GAMES[name](**options)
 
@@ -51,6 +79,6 @@ def spec(name: str, **options: int | float | str | bool) -> GameSpec:
 def belief_values(name: str) -> BeliefValues | None:
     """How a belief about another player's private information in game `name` is read from text (None: the game
     has no belief score)."""
-    if name not in _GAMES:
+    if name not in _games():
         raise ValueError(f"unknown game {name!r}; allowed games: {names()}")
     return _GAMES[name].belief_values

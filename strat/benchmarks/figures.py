@@ -60,13 +60,13 @@ from strat.benchmarks.results import (
     steady_steps,
     step_record,
 )
-from strat.config import ExperimentConfig, load_config
+from strat.config import ExperimentConfig, OpponentConfig, load_config
 from strat.engines import EngineSettings, SamplingParams
 from strat.model import tiny as tiny_model
 from strat.model.tiny import TinyModelSettings
 from strat.train.learner import PolicyLearner
 from strat.train.ray_node import start_ray
-from strat.train.rollout import OpponentChoice, RolloutRunner, derive_seed, plan_groups
+from strat.train.rollout import RolloutRunner, derive_seed, plan_groups
 from strat.train.rollout_actor import RolloutWorker
 from strat.train.settings import advantage_config, base_model_path, learner_settings, rollout_settings
 from strat.train.settings import engine_settings as trainer_engine_settings
@@ -405,7 +405,7 @@ def backend_scaling(ctx: BenchContext, agents: dict[str, Any]) -> list[ScalingRo
     decision) on the warm tiny model, reusing `agents` (backend -> live agent on that model), and
     on a ~50 M-parameter model (the tiny tokenizer, random weights). Each row also gives the
     engine's own rate inside the rollout."""
-    settings = dataclasses.replace(rollout_settings(ctx.config), opponents=(OpponentChoice("self"),),
+    settings = dataclasses.replace(rollout_settings(ctx.config), opponents=(OpponentConfig(kind="self"),),
                                    max_tokens=ctx.sizes.scaling_max_tokens)
     plans = _plans(ctx, settings, ctx.sizes.scaling_groups)
     models: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [("tiny", ctx.model_path, {}, agents)]

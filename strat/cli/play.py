@@ -4,16 +4,19 @@ A trained policy (torch, an engine) is imported inside the verb: `strat --help` 
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 import games
+from games.base import TextGameEnv
 from games.opponents import opponent_names
 from games.play import play as play_game
 from strat.errors import UserError
 from strat.model import hub
+from strat.train.rollout import LLMPlayer, derive_seed, llm_move
 
 
 def play(
@@ -41,25 +44,35 @@ def play(
     from strat.eval.policies import load_policy  # deferred for start-up cost (torch, engines)
 
     policy = load_policy(opponent, game)
-    play_game(game, opponent=opponent, seed=seed, human_seat=seat, bot=_PolicyOpponent(policy, seed, show_reasoning))
+    try:
+        player = policy.player(seed if seed is not None else 0)
+        bot = _LLMOpponent(player, policy.info.name, seed, show_reasoning) if isinstance(player, LLMPlayer) else player
+        play_game(game, opponent=opponent, seed=seed, human_seat=seat, bot=bot)
+    finally:
+        policy.close()
 
 
-class _PolicyOpponent:
-    """A trained policy behind the games' opponent interface, for `strat play`."""
+class _LLMOpponent:
+    """A trained policy behind the games' opponent interface, for `strat play`.
 
-    def __init__(self, policy, seed: int | None, show_reasoning: bool) -> None:
-        self.policy = policy
-        self.name = policy.info.name
+    A human's game is one game at the human's pace, so it is not run by the batched loop of training and
+    evaluation (`strat.train.rollout.play_games`); what a turn is shares its code instead: each of the policy's
+    moves is `llm_move`, read with the same parsing, fallback and penalty rules, and finished agents are stepped
+    past by the game's own `turns()`."""
+
+    def __init__(self, player: LLMPlayer, name: str, seed: int | None, show_reasoning: bool) -> None:
+        self.player, self.name = player, name
         self.seed = seed if seed is not None else 0
+        self.rng = random.Random(derive_seed(self.seed, "fallback"))
         self.show_reasoning = show_reasoning
         self.moves = 0
 
-    def act(self, env, agent: str) -> int:
-        move = self.policy.moves([(env, agent)], self.seed + self.moves)[0]
+    def act(self, env: TextGameEnv, agent: str) -> int:
+        turn = llm_move(self.player, env, self.rng, self.seed + self.moves)
         self.moves += 1
-        if self.show_reasoning and move.response is not None:
-            sections = {k: v for k, v in vars(move.response.sections).items() if v is not None}
+        if self.show_reasoning and turn.response is not None:
+            sections = {k: v for k, v in vars(turn.response.sections).items() if v is not None}
             typer.echo(f"\n[{agent} reasoning]\n" + "\n".join(f"  {k}: {v}" for k, v in sections.items()))
-        if not move.decision.valid:
-            typer.echo(f"[{agent} wrote no legal action; it plays {move.decision.action_name} as the fallback]")
-        return move.decision.action
+        if not turn.valid:
+            typer.echo(f"[{agent} wrote no legal action; it plays {turn.action_name} as the fallback]")
+        return turn.action

@@ -12,10 +12,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from strat.engines.base import Engine, Generation, SamplingParams, stop_token_ids
 from strat.engines.sampling import sampling_logprobs
+from strat.model.build import DTYPES
 from strat.sync.fingerprint import fingerprint
 from strat.sync.process_group import Membership, TensorMeta
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class HFEngine(Engine):
@@ -26,7 +25,7 @@ class HFEngine(Engine):
     ) -> None:
         self._tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code, use_safetensors=True
+            model_path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, use_safetensors=True
         ).to(device)
         self.model.eval()
         self.device = torch.device(device)

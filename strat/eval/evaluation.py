@@ -11,7 +11,7 @@ from strat.algorithm.comparison import ComparisonWeights, score_episodes
 from strat.algorithm.records import Episode, ScoredEpisode
 from strat.errors import ConfigError
 from strat.eval.exploitability import exploitable
-from strat.eval.policies import Policy, ScriptedPolicy, play_games, seat_rotations
+from strat.eval.policies import Policy, ScriptedPolicy, play_tables, seat_rotations
 from strat.eval.report import EvalReport
 from strat.eval.stats import cot_result, head_to_head_result, match_result, validity
 from strat.train.rollout import derive_seed
@@ -37,7 +37,7 @@ def evaluate_policy(
         for index, name in enumerate(opponents, start=1)
         for table in seat_rotations(f"{policy.name} vs {name}", 0, index, num_players, num_games, seed)
     ]
-    episodes = play_games(game, options, players, tables, derive_seed(seed, "play"))
+    episodes = play_tables(game, options, players, tables, derive_seed(seed, "play"))
     by_opponent = {name: [e for e in episodes if e.group_id == f"{policy.name} vs {name}"] for name in opponents}
     scored = score_episodes(episodes, ComparisonWeights()) if policy.is_llm else []
     notes = []
@@ -84,7 +84,7 @@ def head_to_head(
         for i, j in pairs
         for table in seat_rotations(f"{names[i]} vs {names[j]}", i, j, num_players, num_games, seed)
     ]
-    episodes = play_games(game, options, policies, tables, derive_seed(seed, "play"))
+    episodes = play_tables(game, options, policies, tables, derive_seed(seed, "play"))
     grouped: dict[tuple[int, int], list[Episode]] = {pair: [] for pair in pairs}
     labels = {f"{names[i]} vs {names[j]}": (i, j) for i, j in pairs}
     for episode in episodes:

@@ -1,6 +1,6 @@
-"""Policies that play a game, scripted or an LLM from a checkpoint, behind one interface, and the loop
-that plays any of them against each other: every pending decision of a round goes to its policy in
-one batch, so an LLM sees one generation call per round."""
+"""Policies that play a game, scripted or an LLM from a checkpoint, behind one interface, and tables of them
+played against each other through the rollout's game loop (`strat.train.rollout.play_games`): scripted seats
+move at once, and every pending decision of an LLM in a round goes to it in one batch."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ import yaml
 
 import games
 from games.base import TextGameEnv
-from games.opponents import make_opponent, opponent_names
-from strat.algorithm.reasoning import Decision, build_messages, decide, parse_response, user_prompt
-from strat.algorithm.records import Episode, ParsedResponse, Turn
+from games.opponents import Opponent, make_opponent, opponent_names
+from strat.algorithm.records import Episode
 from strat.config import ExperimentConfig, from_dict
 from strat.engines import build_engine
 from strat.engines.base import Generation, SamplingParams
@@ -25,14 +24,17 @@ from strat.errors import ConfigError
 from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability, exact_estimate
 from strat.model import checkpoint as checkpoints
 from strat.model import hub, sidecar
-from strat.train.rollout import Encode, Generate, RolloutRunner, RolloutSettings, derive_seed
-from strat.train.settings import rollout_settings
-
-Located = Sequence[tuple[TextGameEnv, str]]
-"""(env at a decision, agent to act) pairs."""
-
-OBSERVATION_DEPTH = 2
-"""The prompt depth whose user message is recorded as each turn's observation (it names the private information)."""
+from strat.train.rollout import (
+    Encode,
+    Generate,
+    LiveGame,
+    LLMPlayer,
+    RolloutRunner,
+    RolloutSettings,
+    derive_seed,
+    play_games,
+)
+from strat.train.settings import engine_settings, rollout_settings
 
 
 @dataclass(frozen=True)
@@ -51,18 +53,6 @@ class PolicyInfo:
     top_p: float | None = None
     max_new_tokens: int | None = None
     format_penalty: float | None = None
-
-
-@dataclass(frozen=True)
-class Move:
-    """What a policy played at one decision and, for an LLM, the response behind it."""
-
-    decision: Decision
-    response: ParsedResponse | None = None
-    response_text: str = ""
-    prompt_token_ids: tuple[int, ...] = ()
-    response_token_ids: tuple[int, ...] = ()
-    logprobs: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,8 +84,8 @@ class Policy(ABC):
         return self.info.kind == "llm"
 
     @abstractmethod
-    def moves(self, located: Located, seed: int) -> list[Move]:
-        """One move for each (env, agent to act), decided together; reproducible from `seed`."""
+    def player(self, seed: int) -> Opponent | LLMPlayer:
+        """Who plays this policy's seats at one table: a scripted opponent seeded by `seed`, or the LLM."""
 
     @abstractmethod
     def exploitability(self, samples_per_infoset: int, seed: int, bootstrap: int) -> ExploitabilityEstimate:
@@ -116,13 +106,8 @@ class ScriptedPolicy(Policy):
     def action_probs(self, env: TextGameEnv, agent: str) -> dict[int, float]:
         return self._opponent.action_probs(env, agent)
 
-    def moves(self, located: Located, seed: int) -> list[Move]:
-        out = []
-        for index, (env, agent) in enumerate(located):
-            probs = self.action_probs(env, agent)
-            action = random.Random(derive_seed(seed, index)).choices(list(probs), weights=list(probs.values()))[0]
-            out.append(Move(Decision(action, env.action_name(action, agent), True, False, None)))
-        return out
+    def player(self, seed: int) -> Opponent:
+        return make_opponent(self.info.name, self.game, seed=seed, **self.game_options)
 
     def exploitability(self, samples_per_infoset: int, seed: int, bootstrap: int) -> ExploitabilityEstimate:
         return exact_estimate(self.game, self.action_probs, self.game_options)
@@ -150,18 +135,7 @@ class LLMPolicy(Policy):
         step: int | None = None, run_dir: Path | None = None, max_batch: int = 256,
     ) -> LLMPolicy:
         """The model in `checkpoint` on a `backend` engine, in the format of its run's `config`."""
-        engine_config = config.engine
-        engine = build_engine(
-            backend,
-            checkpoint,
-            dtype=engine_config.dtype,
-            max_model_len=engine_config.max_model_len,
-            kv_cache_bytes=engine_config.kv_cache_bytes,
-            gpu_memory_utilization=engine_config.gpu_memory_utilization,
-            seed=config.run.seed,
-            trust_remote_code=config.model.trust_remote_code,
-            device=engine_config.device,
-        )
+        engine = build_engine(backend, checkpoint, engine_settings(config))
         settings = rollout_settings(config)
         info = PolicyInfo(
             name=name or checkpoint.name,
@@ -180,29 +154,8 @@ class LLMPolicy(Policy):
         policy.samples_per_infoset = config.eval.samples_per_infoset
         return policy
 
-    def moves(self, located: Located, seed: int) -> list[Move]:
-        settings = self.settings
-        prompts = [self.encode(build_messages(env, agent, settings.depth)) for env, agent in located]
-        params = SamplingParams(
-            max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p, seed=seed
-        )
-        out = []
-        for index, ((env, agent), prompt, generation) in enumerate(
-            zip(located, prompts, self.generate(prompts, params), strict=True)
-        ):
-            parsed = parse_response(generation.text, settings.depth)
-            rng = random.Random(derive_seed(seed, index, "fallback"))
-            out.append(
-                Move(
-                    decide(parsed, env, agent, rng, settings.format_penalty),
-                    parsed,
-                    generation.text,
-                    tuple(prompt),
-                    tuple(generation.token_ids),
-                    tuple(generation.logprobs),
-                )
-            )
-        return out
+    def player(self, seed: int) -> LLMPlayer:
+        return LLMPlayer(self.settings, self.encode, self.generate)
 
     def exploitability(self, samples_per_infoset: int, seed: int, bootstrap: int) -> ExploitabilityEstimate:
         runner = RolloutRunner(self.settings, self.encode, self.generate)
@@ -364,70 +317,40 @@ class Table:
     ego_seats: tuple[int, ...]
 
 
-def play_games(
+def play_tables(
     game: str, game_options: dict[str, object], policies: Sequence[Policy], tables: Sequence[Table], seed: int
 ) -> list[Episode]:
-    """Play every table to the end; each round sends each policy all of its pending decisions at once.
+    """Play every table to the end through the rollout's game loop, each turn keeping what its agent saw.
 
-    A turn's `prompt_text` holds what the acting agent saw (the user message of a depth-2 prompt:
-    observation with its private information, history, legal actions), for transcripts.
+    Each table has its own streams (a scripted policy's opponent, an LLM's fallback moves), seeded by `seed` and
+    the table, so a table's game never depends on the others; an LLM's samples depend on its batch, as in training.
     """
-    envs = []
+    in_flight = []
     for table in tables:
         env = games.make(game, **game_options)
         env.reset(seed=table.deal_seed)
-        envs.append(env)
-    turns: list[list[Turn]] = [[] for _ in tables]
-    round_index = 0
-    while True:
-        pending: dict[int, list[int]] = {}
-        for index, env in enumerate(envs):
-            if not env.finished():
-                seat = env.possible_agents.index(env.agent_selection)
-                pending.setdefault(tables[index].seats[seat], []).append(index)
-        if not pending:
-            break
-        for policy_index, indices in sorted(pending.items()):
-            located = [(envs[i], envs[i].agent_selection) for i in indices]
-            observations = [user_prompt(env, agent, OBSERVATION_DEPTH) for env, agent in located]
-            moves = policies[policy_index].moves(located, derive_seed(seed, round_index, policy_index))
-            for i, (env, agent), observation, move in zip(indices, located, observations, moves, strict=True):
-                decision = move.decision
-                turns[i].append(
-                    Turn(
-                        episode_id=tables[i].episode_id,
-                        agent=agent,
-                        turn_index=len(turns[i]),
-                        action=decision.action,
-                        action_name=decision.action_name,
-                        valid=decision.valid,
-                        fallback_used=decision.fallback_used,
-                        penalty=decision.penalty,
-                        response=move.response,
-                        prompt_text=observation,
-                        response_text=move.response_text,
-                        prompt_token_ids=move.prompt_token_ids,
-                        response_token_ids=move.response_token_ids,
-                        behaviour_logprobs=move.logprobs,
-                    )
-                )
-                env.step(decision.action)
-                env.skip_finished()
-        round_index += 1
-    return [
-        Episode(
-            episode_id=table.episode_id,
-            group_id=table.label,
-            seed=table.deal_seed,
-            game=game,
-            agents=tuple(env.possible_agents),
-            ego_agents=tuple(env.possible_agents[seat] for seat in table.ego_seats),
-            turns=tuple(played),
-            returns={agent: float(value) for agent, value in env.returns().items()},
-            private_info={agent: env.private_info(agent) for agent in env.possible_agents},
+        agents = tuple(env.possible_agents)
+        seated = dict(zip(agents, table.seats, strict=True))
+        scripted = {}
+        for index in sorted(set(table.seats)):
+            player = policies[index].player(derive_seed(seed, table.episode_id, index, "opponent") % (2**31))
+            if not isinstance(player, LLMPlayer):
+                scripted.update({agent: player for agent, seat in seated.items() if seat == index})
+        in_flight.append(
+            LiveGame(
+                env=env,
+                game=game,
+                episode_id=table.episode_id,
+                group_id=table.label,
+                seed=table.deal_seed,
+                ego=tuple(agents[seat] for seat in table.ego_seats),
+                players={agent: str(index) for agent, index in seated.items() if agent not in scripted},
+                scripted=scripted,
+                rng=random.Random(derive_seed(seed, table.episode_id, "fallback")),
+            )
         )
-        for table, env, played in zip(tables, envs, turns, strict=True)
-    ]
+    llms = {str(index): player for index, policy in enumerate(policies) if isinstance(player := policy.player(0), LLMPlayer)}
+    return play_games(in_flight, llms, seed, observe=True)
 
 
 def seat_rotations(

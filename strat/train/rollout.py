@@ -1,20 +1,22 @@
 """Playing groups of games with the LLM policy: many games stepped at once, every pending
-LLM decision of a round sent to the policy in one batch. No Ray here: the rollout worker
-actor wraps this, and tests drive it with an in-process engine."""
+LLM decision of a round sent to the policy in one batch. `play_games` is the one game loop: evaluation
+(`strat.eval`) plays its tables through it too. No Ray here: the rollout worker actor wraps this, and
+tests drive it with an in-process engine."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import games
 from games.base import TextGameEnv
 from games.opponents import Opponent, make_opponent
-from strat.algorithm.reasoning import build_messages, decide, misstates_private_info, parse_response
+from strat.algorithm.reasoning import build_messages, decide, misstates_private_info, parse_response, user_prompt
 from strat.algorithm.records import Episode, Turn
+from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
 
 Generate = Callable[[list[list[int]], SamplingParams], list[Generation]]
@@ -22,21 +24,14 @@ Generate = Callable[[list[list[int]], SamplingParams], list[Generation]]
 Encode = Callable[[list[dict[str, str]]], list[int]]
 """Chat messages to prompt token ids in the model's template."""
 
+OBSERVATION_DEPTH = 2
+"""The prompt depth whose user message is a turn's recorded observation (it names the private information)."""
+
 
 def derive_seed(*parts: int | str) -> int:
     """A stable 63-bit seed from (run seed, step, worker, ...): streams never depend on scheduling."""
     digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
-
-
-@dataclass(frozen=True)
-class OpponentChoice:
-    """Who the learning policy plays in a group: itself, a scripted opponent, or a frozen snapshot."""
-
-    kind: str
-    """`self`, `scripted` or `snapshot`."""
-    name: str | None = None
-    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -55,23 +50,58 @@ class RolloutSettings:
     max_tokens: int = 128
     temperature: float = 1.0
     top_p: float = 1.0
-    opponents: tuple[OpponentChoice, ...] = (OpponentChoice("self"),)
+    opponents: tuple[OpponentConfig, ...] = (OpponentConfig(kind="self"),)
+    """`game.opponents`: the config's own records, weighted."""
+
+
+@dataclass(frozen=True)
+class LLMPlayer:
+    """An LLM in seats of a game: how its prompts are encoded and generated, and the settings (reasoning depth,
+    sampling, format penalty rules) its responses are read with."""
+
+    settings: RolloutSettings
+    encode: Encode
+    generate: Generate
 
 
 @dataclass
-class _Game:
-    """One game in flight and who plays each seat."""
+class LiveGame:
+    """One game in flight and who plays each seat: an LLM player by key, or a scripted opponent."""
 
     env: TextGameEnv
+    game: str
     episode_id: str
     group_id: str
     seed: int
     ego: tuple[str, ...]
     players: dict[str, str]
-    """agent -> `policy`, `snapshot` or `scripted`."""
-    scripted: Opponent | None
+    """agent -> key of the LLM player in its seat; agents in `scripted` are absent."""
+    scripted: dict[str, Opponent]
+    """agent -> the scripted opponent in its seat (one object may hold several seats)."""
     rng: random.Random
+    """The fallback moves' stream of this game: a game's moves never depend on which others are in flight."""
     turns: list[Turn] = field(default_factory=list)
+
+    def play(self, turn: Turn) -> None:
+        """Record `turn` and play its action, stepping past agents that are done."""
+        self.turns.append(turn)
+        self.env.step(turn.action)
+        self.env.skip_finished()
+
+    def episode(self) -> Episode:
+        """The finished game as a record."""
+        env, agents = self.env, tuple(self.env.possible_agents)
+        return Episode(
+            episode_id=self.episode_id,
+            group_id=self.group_id,
+            seed=self.seed,
+            game=self.game,
+            agents=agents,
+            ego_agents=self.ego,
+            turns=tuple(self.turns),
+            returns={agent: float(value) for agent, value in env.returns().items()},
+            private_info={agent: env.private_info(agent) for agent in agents},
+        )
 
 
 @dataclass(frozen=True)
@@ -80,7 +110,7 @@ class GroupPlan:
 
     group_id: str
     seed: int
-    opponent: OpponentChoice
+    opponent: OpponentConfig
     ego_seat: int
 
 
@@ -134,22 +164,10 @@ class RolloutRunner:
 
     def run(self, plans: Sequence[GroupPlan], sampling_seed: int) -> list[Episode]:
         """Play `group_size` games per plan; every round batches all pending LLM decisions."""
-        in_flight = [game for plan in plans for game in self._start_group(plan)]
-        round_index = 0
-        while True:
-            pending: dict[str, list[_Game]] = {"policy": [], "snapshot": []}
-            for game in in_flight:
-                self._play_scripted(game)
-                if not game.env.finished():
-                    pending[game.players[game.env.agent_selection]].append(game)
-            if not pending["policy"] and not pending["snapshot"]:
-                break
-            for role, generate in (("policy", self.policy), ("snapshot", self.snapshot)):
-                if pending[role]:
-                    assert generate is not None, "a snapshot opponent was planned without a snapshot policy"
-                    self._decide_batch(pending[role], generate, derive_seed(sampling_seed, round_index, role))
-            round_index += 1
-        return [self._episode(game) for game in in_flight]
+        players = {"policy": LLMPlayer(self.settings, self.encode, self.policy)}
+        if self.snapshot is not None:
+            players["snapshot"] = LLMPlayer(self.settings, self.encode, self.snapshot)
+        return play_games([game for plan in plans for game in self._start_group(plan)], players, sampling_seed)
 
     def sample_actions(self, located: Sequence[tuple[TextGameEnv, str]], n: int, seed: int) -> list[list[int]]:
         """`n` moves of the policy at each (env, agent) in its reasoning format; invalid output
@@ -170,7 +188,7 @@ class RolloutRunner:
             actions.append(drawn)
         return actions
 
-    def _start_group(self, plan: GroupPlan) -> list[_Game]:
+    def _start_group(self, plan: GroupPlan) -> list[LiveGame]:
         settings = self.settings
         started = []
         for member in range(settings.group_size):
@@ -178,22 +196,20 @@ class RolloutRunner:
             env.reset(seed=plan.seed)
             agents = tuple(env.possible_agents)
             ego_agent = agents[plan.ego_seat % len(agents)]
-            if plan.opponent.kind == "self":
-                players = {agent: "policy" for agent in agents}
-                ego = agents
-            else:
-                other = "snapshot" if plan.opponent.kind == "snapshot" else "scripted"
-                players = {agent: ("policy" if agent == ego_agent else other) for agent in agents}
-                ego = (ego_agent,)
-            scripted = None
+            ego = agents if plan.opponent.kind == "self" else (ego_agent,)
+            scripted: dict[str, Opponent] = {}
             if plan.opponent.kind == "scripted":
-                scripted = make_opponent(
+                opponent = make_opponent(
                     plan.opponent.name or "random", settings.game,
                     seed=derive_seed(plan.seed, member, "opponent") % (2**31), **settings.game_options,
                 )
+                scripted = {agent: opponent for agent in agents if agent not in ego}
+            other = "snapshot" if plan.opponent.kind == "snapshot" else "policy"
+            players = {agent: ("policy" if agent in ego else other) for agent in agents if agent not in scripted}
             started.append(
-                _Game(
+                LiveGame(
                     env=env,
+                    game=settings.game,
                     episode_id=f"{plan.group_id}-e{member}",
                     group_id=plan.group_id,
                     seed=plan.seed,
@@ -205,85 +221,111 @@ class RolloutRunner:
             )
         return started
 
-    def _play_scripted(self, game: _Game) -> None:
-        env = game.env
-        while not game.env.finished() and game.players[env.agent_selection] == "scripted":
-            agent = env.agent_selection
-            action = game.scripted.act(env, agent)
-            game.turns.append(
-                Turn(
-                    episode_id=game.episode_id,
-                    agent=agent,
-                    turn_index=len(game.turns),
-                    action=action,
-                    action_name=env.action_name(action, agent),
-                )
-            )
-            env.step(action)
-            env.skip_finished()
 
-    def _decide_batch(self, batch: list[_Game], generate: Generate, seed: int) -> None:
-        settings = self.settings
-        prompts = []
-        for game in batch:
-            agent = game.env.agent_selection
-            prompts.append(self.encode(build_messages(game.env, agent, settings.depth)))
-        params = SamplingParams(
-            max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p, seed=seed
+def play_games(
+    in_flight: Sequence[LiveGame], players: Mapping[str, LLMPlayer], sampling_seed: int, observe: bool = False
+) -> list[Episode]:
+    """Play every game to the end: the one game loop of training and evaluation. Scripted seats move at once; each
+    round then sends every LLM player (in the order of `players`) all of its pending decisions in one batch.
+
+    With `observe`, each turn keeps in `prompt_text` what its agent saw (the user message of a depth-2 prompt:
+    observation with its private information, history, legal actions), for transcripts."""
+    round_index = 0
+    while True:
+        pending: dict[str, list[LiveGame]] = {key: [] for key in players}
+        for game in in_flight:
+            _play_scripted(game, observe)
+            if not game.env.finished():
+                key = game.players[game.env.agent_selection]
+                if key not in pending:
+                    raise ValueError(f"{game.episode_id}: no LLM player {key!r} (players: {', '.join(players)})")
+                pending[key].append(game)
+        if not any(pending.values()):
+            break
+        for key, player in players.items():
+            if pending[key]:
+                batch = pending[key]
+                for game, turn in zip(batch, llm_turns(player, batch, derive_seed(sampling_seed, round_index, key),
+                                                       observe), strict=True):
+                    game.play(turn)
+        round_index += 1
+    return [game.episode() for game in in_flight]
+
+
+def llm_turns(player: LLMPlayer, batch: Sequence[LiveGame], seed: int, observe: bool = False) -> list[Turn]:
+    """The LLM's turn at each game's agent to act, decided in one batched generation; nothing is played yet.
+
+    A response with no legal action plays the fallback from the game's own stream and earns the format penalty;
+    with the settings' rules, so does a legal move in a broken format or with misstated private information."""
+    settings = player.settings
+    located = [(game.env, game.env.agent_selection) for game in batch]
+    prompts = [player.encode(build_messages(env, agent, settings.depth)) for env, agent in located]
+    params = SamplingParams(
+        max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p, seed=seed
+    )
+    generations = player.generate(prompts, params)
+    turns = []
+    for game, (env, agent), prompt, generation in zip(batch, located, prompts, generations, strict=True):
+        parsed = parse_response(generation.text, settings.depth)
+        decision = decide(parsed, env, agent, game.rng, settings.format_penalty)
+        penalty = decision.penalty
+        if penalty is None and settings.penalize_malformed and not parsed.format_valid:
+            # A legal move in a broken format still plays, but must not pay: otherwise the
+            # reasoning sections decay once they stop mattering to the return.
+            penalty = settings.format_penalty
+        misstated = misstates_private_info(generation.text, env.private_info(agent))
+        if penalty is None and settings.penalize_misstated and misstated:
+            penalty = settings.format_penalty
+        turns.append(
+            Turn(
+                episode_id=game.episode_id,
+                agent=agent,
+                turn_index=len(game.turns),
+                action=decision.action,
+                action_name=decision.action_name,
+                valid=decision.valid,
+                fallback_used=decision.fallback_used,
+                penalty=penalty,
+                misstated=misstated,
+                response=parsed,
+                prompt_text=user_prompt(env, agent, OBSERVATION_DEPTH) if observe else "",
+                response_text=generation.text,
+                prompt_token_ids=tuple(prompt),
+                response_token_ids=tuple(generation.token_ids),
+                behaviour_logprobs=tuple(generation.logprobs),
+            )
         )
-        generations = generate(prompts, params)
-        for game, prompt, generation in zip(batch, prompts, generations, strict=True):
-            env, agent = game.env, game.env.agent_selection
-            parsed = parse_response(generation.text, settings.depth)
-            decision = decide(parsed, env, agent, game.rng, settings.format_penalty)
-            penalty = decision.penalty
-            if penalty is None and settings.penalize_malformed and not parsed.format_valid:
-                # A legal move in a broken format still plays, but must not pay: otherwise the
-                # reasoning sections decay once they stop mattering to the return.
-                penalty = settings.format_penalty
-            misstated = misstates_private_info(generation.text, env.private_info(agent))
-            if penalty is None and settings.penalize_misstated and misstated:
-                penalty = settings.format_penalty
-            game.turns.append(
-                Turn(
-                    episode_id=game.episode_id,
-                    agent=agent,
-                    turn_index=len(game.turns),
-                    action=decision.action,
-                    action_name=decision.action_name,
-                    valid=decision.valid,
-                    fallback_used=decision.fallback_used,
-                    penalty=penalty,
-                    misstated=misstated,
-                    response=parsed,
-                    response_text=generation.text,
-                    prompt_token_ids=tuple(prompt),
-                    response_token_ids=tuple(generation.token_ids),
-                    behaviour_logprobs=tuple(generation.logprobs),
-                )
-            )
-            env.step(decision.action)
-            env.skip_finished()
+    return turns
 
-    def _episode(self, game: _Game) -> Episode:
-        env = game.env
-        agents = tuple(env.possible_agents)
-        return Episode(
-            episode_id=game.episode_id,
-            group_id=game.group_id,
-            seed=game.seed,
-            game=self.settings.game,
-            agents=agents,
-            ego_agents=game.ego,
-            turns=tuple(game.turns),
-            returns={agent: float(value) for agent, value in env.returns().items()},
-            private_info={agent: env.private_info(agent) for agent in agents},
+
+def llm_move(player: LLMPlayer, env: TextGameEnv, rng: random.Random, seed: int) -> Turn:
+    """The LLM's turn at `env`'s agent to act in a game played outside the loop (`strat play`), read by the
+    same rules as `llm_turns`, with fallbacks from `rng`; nothing is played yet."""
+    game = LiveGame(env, player.settings.game, "", "", seed, ego=(), players={}, scripted={}, rng=rng)
+    return llm_turns(player, [game], seed)[0]
+
+
+def _play_scripted(game: LiveGame, observe: bool) -> None:
+    env = game.env
+    while not env.finished() and env.agent_selection in game.scripted:
+        agent = env.agent_selection
+        observation = user_prompt(env, agent, OBSERVATION_DEPTH) if observe else ""
+        action = game.scripted[agent].act(env, agent)
+        game.play(
+            Turn(
+                episode_id=game.episode_id,
+                agent=agent,
+                turn_index=len(game.turns),
+                action=action,
+                action_name=env.action_name(action, agent),
+                prompt_text=observation,
+            )
         )
 
 
 def evaluate_vs(runner: RolloutRunner, opponent: str, num_games: int, seed: int) -> tuple[list[float], list[bool]]:
     """Game returns (not penalties) and wins of the policy against a scripted opponent, seats alternating."""
-    settings = dataclasses.replace(runner.settings, group_size=1, opponents=(OpponentChoice("scripted", opponent),))
+    settings = dataclasses.replace(runner.settings, group_size=1, opponents=(OpponentConfig(kind="scripted", name=opponent),))
     num_players = games.spec(settings.game, **settings.game_options).num_players
     plans = [
         GroupPlan(group_id=f"eval-{index}", seed=derive_seed(seed, index, "deal") % (2**31),

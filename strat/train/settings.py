@@ -1,5 +1,15 @@
-"""The config, translated into the settings each part of a run is built with: one function per part. The
-parts take these plain settings, never the whole config."""
+"""The config, composed into the settings each part of a run is built with. The parts never take the whole config.
+
+A part takes its config section itself where one section says all it needs (the opponents: `game.opponents`'
+`OpponentConfig` records). The functions here remain where a part needs more than a copy of one section:
+- `rollout_settings`, `learner_settings`, `engine_settings`, `agreement_settings`, `warm_start_settings` draw on
+  several sections (e.g. the rollout's game, reasoning and penalty rules), derive values (move names, Hub model
+  directories) or build records that the benchmarks and tests also build without any config;
+- `advantage_config` and the loss in `learner_settings` build `strat/algorithm` records: the method stays pure
+  logic, free of the pydantic config;
+- `base_model_path` feeds `strat/model/tiny.py`, where the config takes the tiny model's default sizes from (the
+  config imports it, so it cannot import the config);
+- `lora_settings` turns `learner.lora` into None (full fine-tuning) or the adapter to add."""
 
 from __future__ import annotations
 
@@ -17,7 +27,7 @@ from strat.model.tiny import TinyModelSettings, resolve_model_path
 from strat.model.warmstart import WarmStartSettings
 from strat.train.agreement_models import AgreementSettings
 from strat.train.learner import LearnerSettings
-from strat.train.rollout import OpponentChoice, RolloutSettings
+from strat.train.rollout import RolloutSettings
 
 
 def rollout_settings(config: ExperimentConfig) -> RolloutSettings:
@@ -33,7 +43,7 @@ def rollout_settings(config: ExperimentConfig) -> RolloutSettings:
         max_tokens=config.reasoning.max_new_tokens,
         temperature=config.reasoning.temperature,
         top_p=config.reasoning.top_p,
-        opponents=tuple(OpponentChoice(o.kind, o.name, o.weight) for o in config.game.opponents),
+        opponents=tuple(config.game.opponents),
     )
 
 

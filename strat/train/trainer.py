@@ -25,7 +25,7 @@ from strat.algorithm.advantage import (
     zero_spread_group_ids,
 )
 from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
-from strat.config import ExperimentConfig, held_out_opponents, load_config, save_resolved
+from strat.config import ExperimentConfig, OpponentConfig, held_out_opponents, load_config, save_resolved
 from strat.context_check import check_context, context_summary
 from strat.errors import ConfigError, RunAborted
 from strat.eval.exploitability import exploitable
@@ -39,7 +39,7 @@ from strat.train.metrics import EpisodeLedger, MetricsLog, PhaseTimer
 from strat.train.ray_node import start_ray
 from strat.train.rehearsal import REHEARSAL_ROUNDS, episode_samples, load_rehearsal, save_rehearsal
 from strat.train.resume import resume_with_overrides
-from strat.train.rollout import OpponentChoice, derive_seed, plan_groups
+from strat.train.rollout import derive_seed, plan_groups
 from strat.train.rollout_record import Rollout, rollout_from_json, rollout_to_json
 from strat.train.settings import (
     advantage_config,
@@ -307,7 +307,7 @@ class Trainer:
         if stored is not None:
             self.fleet.learner_get(self.learner.set_rehearsal.remote(stored, False))
             return
-        settings = dataclasses.replace(rollout_settings(self.config), opponents=(OpponentChoice("self"),))
+        settings = dataclasses.replace(rollout_settings(self.config), opponents=(OpponentConfig(kind="self"),))
         episodes: list[Episode] = []
         for round_index in range(1, REHEARSAL_ROUNDS + 1):
             shares = [

@@ -8,9 +8,11 @@ import pytest
 import games
 from strat.algorithm.comparison import ComparisonWeights, score_episodes
 from strat.algorithm.reasoning import OWN_INFO_LEAD, misstates_private_info
+from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
 from strat.model.warmstart import templated_response
-from strat.train.rollout import GroupPlan, OpponentChoice, RolloutRunner, RolloutSettings
+from strat.train import rollout
+from strat.train.rollout import GroupPlan, RolloutRunner, RolloutSettings
 from strat.train.trainer import episode_metrics
 
 CARDS = ("Jack", "Queen", "King")
@@ -54,26 +56,26 @@ class RestatingPolicy:
         return out
 
 
-def _play(lie: bool, penalize: bool):
+def _play(lie: bool, penalize: bool, monkeypatch: pytest.MonkeyPatch):
     policy = RestatingPolicy(lie)
     settings = RolloutSettings(game="kuhn_poker", depth=2, group_size=2, max_tokens=16, format_penalty=-3.0,
-                               penalize_misstated=penalize, opponents=(OpponentChoice("self"),))
+                               penalize_misstated=penalize, opponents=(OpponentConfig(kind="self"),))
     runner = RolloutRunner(settings, lambda messages: [1, 2, 3], policy)
-    original = runner._decide_batch
+    original = rollout.llm_turns
 
-    def decide_batch(batch, generate, seed):
+    def llm_turns(player, batch, seed, observe=False):
         policy.located.extend((game.env, game.env.agent_selection) for game in batch)
-        original(batch, generate, seed)
+        return original(player, batch, seed, observe)
 
-    runner._decide_batch = decide_batch
-    plans = [GroupPlan(group_id=f"g{i}", seed=i, opponent=OpponentChoice("self"), ego_seat=0) for i in range(6)]
+    monkeypatch.setattr(rollout, "llm_turns", llm_turns)
+    plans = [GroupPlan(group_id=f"g{i}", seed=i, opponent=OpponentConfig(kind="self"), ego_seat=0) for i in range(6)]
     episodes = runner.run(plans, sampling_seed=0)
     scored = score_episodes(episodes, ComparisonWeights())
     return episodes, episode_metrics(scored)
 
 
-def test_a_wrong_restatement_earns_the_penalty_and_is_counted() -> None:
-    episodes, metrics = _play(lie=True, penalize=True)
+def test_a_wrong_restatement_earns_the_penalty_and_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    episodes, metrics = _play(lie=True, penalize=True, monkeypatch=monkeypatch)
     turns = [turn for episode in episodes for turn in episode.turns]
     assert turns and all(turn.misstated and turn.penalty == -3.0 for turn in turns)
     assert all(turn.valid for turn in turns)  # the move itself was legal and was played
@@ -81,15 +83,17 @@ def test_a_wrong_restatement_earns_the_penalty_and_is_counted() -> None:
     assert metrics["format/misstated_rate"] == 1.0
 
 
-def test_a_true_restatement_keeps_the_game_return() -> None:
-    episodes, metrics = _play(lie=False, penalize=True)
+def test_a_true_restatement_keeps_the_game_return(monkeypatch: pytest.MonkeyPatch) -> None:
+    episodes, metrics = _play(lie=False, penalize=True, monkeypatch=monkeypatch)
     assert not any(turn.misstated or turn.penalty is not None for episode in episodes for turn in episode.turns)
     assert all(episode.outcome(agent) == episode.returns[agent] for episode in episodes for agent in episode.agents)
     assert metrics["format/misstated_rate"] == 0.0
 
 
-def test_the_penalty_can_be_turned_off_and_the_misstatement_is_still_counted() -> None:
-    episodes, metrics = _play(lie=True, penalize=False)
+def test_the_penalty_can_be_turned_off_and_the_misstatement_is_still_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    episodes, metrics = _play(lie=True, penalize=False, monkeypatch=monkeypatch)
     assert all(turn.misstated and turn.penalty is None for episode in episodes for turn in episode.turns)
     assert metrics["format/misstated_rate"] == 1.0
 

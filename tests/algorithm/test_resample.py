@@ -2,7 +2,8 @@
 take their places, and the extra groups' plans."""
 
 from strat.algorithm.advantage import replace_zero_spread_groups, zero_spread_group_ids
-from strat.train.rollout import OpponentChoice, RolloutSettings, plan_groups
+from strat.config import OpponentConfig
+from strat.train.rollout import RolloutSettings, plan_groups
 
 from .helpers import episode, turn
 
@@ -45,8 +46,8 @@ def test_flat_groups_stay_when_no_fresh_group_has_spread() -> None:
 
 
 def test_resample_plans_are_new_groups_and_reproducible() -> None:
-    settings = RolloutSettings(game="kuhn_poker", opponents=(OpponentChoice("self", weight=0.5),
-                                                             OpponentChoice("scripted", "random", weight=0.5)))
+    settings = RolloutSettings(game="kuhn_poker", opponents=(OpponentConfig(kind="self", weight=0.5),
+                                                             OpponentConfig(kind="scripted", name="random", weight=0.5)))
     first = plan_groups(settings, 0, 5, 0, 4)
     again = plan_groups(settings, 0, 5, 0, 4, resample_round=0)
     round1 = plan_groups(settings, 0, 5, 0, 4, resample_round=1)

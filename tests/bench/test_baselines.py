@@ -11,9 +11,9 @@ import torch
 from strat.algorithm.losses import LossConfig
 from strat.benchmarks.baselines import GRPOSettings, ReplayPolicy, hf_generate, load_model, plain_grpo
 from strat.benchmarks.figures import BenchContext, BenchSizes, learner_efficiency
-from strat.config import load_config
+from strat.config import OpponentConfig, load_config
 from strat.engines import SamplingParams, build_engine
-from strat.train.rollout import OpponentChoice, RolloutRunner, RolloutSettings, plan_groups
+from strat.train.rollout import RolloutRunner, RolloutSettings, plan_groups
 
 
 def test_hf_generate_forced_length_and_stop(tiny_model_dir: Path) -> None:
@@ -41,7 +41,7 @@ def test_plain_grpo_runs_one_thread_and_counts_tokens(tiny_model_dir: Path) -> N
 
 
 def _episodes(model_dir: Path):
-    settings = RolloutSettings(game="kuhn_poker", group_size=2, max_tokens=12, opponents=(OpponentChoice("self"),))
+    settings = RolloutSettings(game="kuhn_poker", group_size=2, max_tokens=12, opponents=(OpponentConfig(kind="self"),))
     engine = build_engine("hf", model_dir)
     calls = []
 

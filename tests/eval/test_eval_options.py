@@ -5,6 +5,7 @@ options given override them; the backend defaults to vLLM where it is installed.
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from strat.config import load_config, save_resolved
 from strat.engines.base import SamplingParams
 from strat.errors import ConfigError
 from strat.eval.policies import LLMPolicy, ReasoningOverrides, load_policy
+from strat.train.rollout import llm_move
 
 
 def _args(**kwargs) -> dict:
@@ -68,7 +70,7 @@ def test_the_options_reach_the_prompt_and_the_engine(tiny_model_dir: Path) -> No
     env = games.make("kuhn_poker", players=3)
     env.reset(seed=0)
     try:
-        (move,) = policy.moves([(env, env.agent_selection)], seed=0)
+        move = llm_move(policy.player(0), env, random.Random(0), seed=0)
     finally:
         policy.close()
     prompt = AutoTokenizer.from_pretrained(tiny_model_dir).decode(move.prompt_token_ids)

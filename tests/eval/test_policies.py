@@ -10,7 +10,7 @@ from games.opponents import make_opponent
 from strat.engines.base import Generation, SamplingParams
 from strat.errors import ConfigError
 from strat.eval.evaluation import evaluate_policy
-from strat.eval.policies import ScriptedPolicy, chunked, play_games, resolve_checkpoint, seat_rotations
+from strat.eval.policies import ScriptedPolicy, chunked, play_tables, resolve_checkpoint, seat_rotations
 
 from .helpers import fake_policy
 
@@ -25,10 +25,10 @@ def test_seat_rotations_share_deals_and_round_up() -> None:
     assert [t.seats for t in three] == [(0, 1, 1), (1, 0, 1), (1, 1, 0)]
 
 
-def test_play_games_scripted_both_seats() -> None:
+def test_play_tables_scripted_both_seats() -> None:
     policies = [ScriptedPolicy("heuristic", "kuhn_poker"), ScriptedPolicy("random", "kuhn_poker")]
     tables = seat_rotations("h vs r", 0, 1, 2, 10, seed=1)
-    episodes = play_games("kuhn_poker", {}, policies, tables, seed=2)
+    episodes = play_tables("kuhn_poker", {}, policies, tables, seed=2)
     assert [e.episode_id for e in episodes] == [t.episode_id for t in tables]
     for first, second in zip(episodes[::2], episodes[1::2]):
         assert first.private_info == second.private_info, "a deal is the same whichever seat the policy takes"
@@ -36,8 +36,10 @@ def test_play_games_scripted_both_seats() -> None:
     for episode in episodes:
         assert sum(episode.returns.values()) == 0 and episode.turns
         assert all("Legal actions:" in turn.prompt_text for turn in episode.turns)
-    again = play_games("kuhn_poker", {}, policies, tables, seed=2)
+    again = play_tables("kuhn_poker", {}, policies, tables, seed=2)
     assert [e.turns for e in again] == [e.turns for e in episodes]
+    alone = play_tables("kuhn_poker", {}, policies, tables[3:5], seed=2)
+    assert [e.turns for e in alone] == [e.turns for e in episodes[3:5]], "a table's game ignores the other tables"
 
 
 def test_fake_llm_plays_through_the_same_loop() -> None:

@@ -1,6 +1,7 @@
 """A game Strat does not ship, defined here as a user would add one: misère Nim (OpenSpiel's `nim`, piles of 1, 3, 5
-and 7 sticks by default). A user's module would end with `games.register(NimEnv)`; the tests register it for each test
-that needs it, so that the other tests see only the shipped games."""
+and 7 sticks by default). A user's package would name `NimEnv` under the `strat.games` entry points (or a script call
+`games.register(NimEnv)`); the tests register or install it for each test that needs it, so that the other tests see
+only the shipped games."""
 
 from __future__ import annotations
 

@@ -1,12 +1,17 @@
 """Adding a game touches only `games/` and a config: a game defined in the tests folder (misère Nim, which Strat does
 not ship) is registered, `strat check` accepts a config for it, and one training step runs on it (a tiny model built
 from its text, hf engine, self-play rollout, comparison, advantages, one update), with nothing under `strat/`
-changed."""
+changed. Installed as a package would install it (its `strat.games` entry point), it reaches every Ray actor of
+`strat train`."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +27,8 @@ from strat.engines import build_engine
 from strat.train.learner import PolicyLearner
 from strat.train.rollout import RolloutRunner, plan_groups
 from strat.train.settings import advantage_config, base_model_path, learner_settings, rollout_settings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -86,3 +93,51 @@ def test_one_training_step_on_it(nim: None, tmp_path: Path) -> None:
     figures = PolicyLearner(model_dir, learner_settings(config)).update(samples)
     assert figures["learn/samples"] == len(samples) > 0
     assert figures["learn/tokens"] > 0 and math.isfinite(figures["loss/policy"])
+
+
+def _install_nim(site: Path) -> None:
+    """Nim as a user's installed package: its module, and metadata naming its env under the `strat.games` entry points
+    (what `[project.entry-points."strat.games"] nim = "installed_nim:NimEnv"` in its pyproject installs)."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "installed_nim.py").write_text(Path(nim_game.__file__).read_text())
+    info = site / "installed_nim-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: installed-nim\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[strat.games]\nnim = installed_nim:NimEnv\n")
+
+
+def test_an_installed_game_is_found_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _install_nim(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(games.registry, "_installed_loaded", False)
+    try:
+        assert "nim" in games.names()
+        assert type(games.make("nim")).__module__ == "installed_nim", "loaded from the installed package"
+    finally:
+        games.registry._GAMES.pop("nim", None)
+        sys.modules.pop("installed_nim", None)
+
+
+@pytest.mark.long
+def test_strat_train_with_ray_on_an_installed_game(tmp_path: Path) -> None:
+    """`strat train` (Ray actors, hf engine, two steps) in a process that knows Nim only through its entry point: the
+    rollout workers play Nim, and the learner updates on it."""
+    _install_nim(tmp_path / "site")
+    config = tmp_path / "nim_tiny.yaml"
+    config.write_text(CONFIG)
+    path = [str(tmp_path / "site"), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    result = subprocess.run(
+        [sys.executable, "-m", "strat.cli", "train", str(config), f"run.output_dir={tmp_path / 'runs'}",
+         "schedule.steps=2", "schedule.checkpoint_every=2", "logging.samples_every=1"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(path)}, capture_output=True, text=True, timeout=900, check=False,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    run = tmp_path / "runs" / "nim_tiny"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    trained = [record for record in records if record["step"] >= 1]
+    assert [record["step"] for record in trained] == [1, 2]
+    assert all(record["episodes/count"] == 4 and record["learn/samples"] > 0 for record in trained)
+    assert all(math.isfinite(record["loss/policy"]) for record in trained)
+    transcript = (run / "samples" / "step_1.md").read_text()
+    assert "from pile" in transcript, "the rollout workers played Nim's moves"
+    assert (run / "checkpoints" / "step_2" / "COMPLETE").is_file()

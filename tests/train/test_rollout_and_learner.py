@@ -11,9 +11,10 @@ from strat.algorithm.advantage import AdvantageConfig, compute_advantages
 from strat.algorithm.comparison import ComparisonWeights, score_episodes
 from strat.algorithm.losses import LossConfig
 from strat.algorithm.records import TrainBatch, TrainSample
+from strat.config import OpponentConfig
 from strat.engines import build_engine
 from strat.train.learner import LearnerSettings, PolicyLearner
-from strat.train.rollout import OpponentChoice, RolloutRunner, RolloutSettings, derive_seed, plan_groups
+from strat.train.rollout import RolloutRunner, RolloutSettings, derive_seed, plan_groups
 from strat.train.sequences import sequence_forward, sequence_logprobs, sequence_logprobs_and_entropy
 
 SETTINGS = RolloutSettings(game="kuhn_poker", depth=2, group_size=3, max_tokens=24, format_penalty=-3.0)
@@ -32,7 +33,7 @@ def _runner(engine, **changes) -> RolloutRunner:
 
 
 def test_groups_share_a_deal_and_seeds_reproduce(engine) -> None:
-    runner = _runner(engine, opponents=(OpponentChoice("self"),))
+    runner = _runner(engine, opponents=(OpponentConfig(kind="self"),))
     plans = plan_groups(runner.settings, run_seed=7, step=1, worker=0, num_groups=3)
     episodes = runner.run(plans, sampling_seed=11)
     assert len(episodes) == 9
@@ -47,7 +48,7 @@ def test_groups_share_a_deal_and_seeds_reproduce(engine) -> None:
 
 
 def test_turn_records_and_penalties(engine) -> None:
-    runner = _runner(engine, opponents=(OpponentChoice("scripted", "random"),))
+    runner = _runner(engine, opponents=(OpponentConfig(kind="scripted", name="random"),))
     episodes = runner.run(plan_groups(runner.settings, 0, 0, 0, 4), sampling_seed=3)
     for episode in episodes:
         assert len(episode.ego_agents) == 1
@@ -66,7 +67,7 @@ def test_turn_records_and_penalties(engine) -> None:
 
 
 def test_only_ego_turns_become_samples(engine) -> None:
-    runner = _runner(engine, opponents=(OpponentChoice("snapshot"),))
+    runner = _runner(engine, opponents=(OpponentConfig(kind="snapshot"),))
     episodes = runner.run(plan_groups(runner.settings, 0, 0, 0, 2), sampling_seed=5)
     snapshot_turns = [t for e in episodes for t in e.turns if t.agent not in e.ego_agents]
     assert snapshot_turns and all(t.response_token_ids for t in snapshot_turns)  # the snapshot is an LLM too
@@ -77,7 +78,7 @@ def test_only_ego_turns_become_samples(engine) -> None:
 
 
 def test_learner_logprobs_equal_engine_logprobs(engine, tiny_model_dir: Path) -> None:
-    runner = _runner(engine, opponents=(OpponentChoice("self"),), temperature=0.8)
+    runner = _runner(engine, opponents=(OpponentConfig(kind="self"),), temperature=0.8)
     episodes = runner.run(plan_groups(runner.settings, 0, 0, 0, 2), sampling_seed=9)
     samples, _ = compute_advantages(score_episodes(episodes, ComparisonWeights()), AdvantageConfig(mode="outcome"))
     learner = PolicyLearner(tiny_model_dir, LearnerSettings(temperature=0.8))
@@ -90,7 +91,7 @@ def test_learner_logprobs_equal_engine_logprobs(engine, tiny_model_dir: Path) ->
 
 
 def test_prompt_and_padding_positions_get_no_gradient(engine, tiny_model_dir: Path) -> None:
-    runner = _runner(engine, opponents=(OpponentChoice("self"),))
+    runner = _runner(engine, opponents=(OpponentConfig(kind="self"),))
     episodes = runner.run(plan_groups(runner.settings, 0, 0, 0, 1), sampling_seed=2)
     samples, _ = compute_advantages(score_episodes(episodes, ComparisonWeights()), AdvantageConfig(mode="outcome"))
     samples = [replace(s, advantage=1.0 + i) for i, s in enumerate(samples)]
@@ -121,7 +122,7 @@ def test_prompt_and_padding_positions_get_no_gradient(engine, tiny_model_dir: Pa
 @pytest.mark.parametrize(("minibatches", "epochs"), [(1, 1), (2, 1), (1, 2)])
 def test_update_moves_the_policy_toward_positive_advantage(engine, tiny_model_dir: Path, minibatches: int,
                                                            epochs: int) -> None:
-    runner = _runner(engine, opponents=(OpponentChoice("self"),))
+    runner = _runner(engine, opponents=(OpponentConfig(kind="self"),))
     episodes = runner.run(plan_groups(runner.settings, 0, 0, 0, 1), sampling_seed=4)
     samples, _ = compute_advantages(score_episodes(episodes, ComparisonWeights()), AdvantageConfig(mode="outcome"))
     good, bad = replace(samples[0], advantage=1.0), replace(samples[1], advantage=-1.0)
@@ -153,7 +154,7 @@ def test_minibatches_partition_the_batch_reproducibly(tiny_model_dir: Path) -> N
 
 
 def test_entropy_bonus_alone_makes_the_policy_less_certain(engine, tiny_model_dir: Path) -> None:
-    runner = _runner(engine, opponents=(OpponentChoice("self"),))
+    runner = _runner(engine, opponents=(OpponentConfig(kind="self"),))
     episodes = runner.run(plan_groups(runner.settings, 0, 0, 0, 1), sampling_seed=4)
     samples, _ = compute_advantages(score_episodes(episodes, ComparisonWeights()), AdvantageConfig(mode="outcome"))
     samples = [replace(sample, advantage=0.0) for sample in samples[:4]]  # no reward signal at all
