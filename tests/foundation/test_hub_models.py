@@ -1,7 +1,7 @@
 """Hub names as model paths, offline: a local Hugging Face cache (its real layout) holds two revisions of a tiny
 model, `org/tiny`. The default branch and a pinned revision load different weights; a loaded config pins the
-name to its commit, and check, train, eval and play load it. A name the cache lacks is refused in one
-line."""
+name to its commit, and check, train (hf and vLLM), eval and play load it. A name the cache lacks is refused in
+one line."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from strat.cluster import jobs
 from strat.config import load_config
 from strat.engines import SamplingParams, build_engine
 from strat.model import hub
-from strat.train.settings import base_model_path
+from strat.train import metrics
+from strat.train.settings import base_model_path, engine_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"
@@ -152,3 +153,19 @@ def test_train_eval_and_play_load_it(hf_home: Path, tmp_path: Path) -> None:
     assert played.exit_code == 0, played.output
     assert "Your return:" in played.output
 
+
+@pytest.mark.long
+def test_a_vllm_run_loads_the_revision_it_names(hf_home: Path, tmp_path: Path) -> None:
+    """The agents' vLLM engines hold the named revision's weights, not main's: the weights every version-0 rollout
+    ran on (the episode ledger's fingerprint of the agent's engine) are those of a fresh vLLM engine on its files."""
+    set_ref(hf_home / "hub", "org/tiny", "first", FIRST)  # a branch other than main, pinned to its commit
+    overrides = [*TRAIN, f"run.output_dir={tmp_path}", "model.path=org/tiny@first", "engine.backend=vllm"]
+    assert cli.main(["train", str(DEFAULT), *overrides]) == 0
+    config = load_config(tmp_path / "hub" / "config.yaml")
+    assert config.model.path == f"org/tiny@{FIRST}"
+    assert [record["step"] for record in metrics.read(config.run_dir)] == [1, 2]
+    with build_engine("vllm", hf_home / "hub" / "models--org--tiny" / "snapshots" / FIRST,
+                      engine_settings(config)) as engine:
+        expected = engine.weights_fingerprint()
+    ledger = metrics.read_ledger(config.run_dir)
+    assert {fingerprint for line in ledger for version, fingerprint in line["weights"] if version == 0} == {expected}
