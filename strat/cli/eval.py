@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -40,13 +41,17 @@ def _default_out(policy: Policy, game: str, head: bool) -> Path:
     if not head and info.run_dir is not None:
         name = f"step_{info.step}" if info.step is not None else Path(info.checkpoint).name
         return Path(info.run_dir) / "eval" / name
-    return Path("eval") / game / ("head_to_head" if head else policy.name)
+    # One folder per policy: a Hub name's `/` and `@` (org/name@<commit>) become `--`, as in the Hub cache's folders.
+    return Path("eval") / game / ("head_to_head" if head else re.sub(r"[^\w.-]+", "--", policy.name))
 
 
 def eval_command(
     policy: Annotated[
         str | None,
-        typer.Option(help="Checkpoint directory, run directory (its latest checkpoint) or scripted policy name."),
+        typer.Option(
+            help="Checkpoint directory, run directory (its latest checkpoint), Hugging Face Hub name "
+            "(org/name or org/name@revision, from the cache or downloaded) or scripted policy name."
+        ),
     ] = None,
     game: Annotated[str | None, typer.Option(help="Game (default: the checkpoint's run's game).")] = None,
     opponents: Annotated[
@@ -57,7 +62,9 @@ def eval_command(
         int, typer.Option("--games", min=1, help="Games per opponent (or pair), rounded up to whole seat rotations.")
     ] = 200,
     out: Annotated[
-        Path | None, typer.Option(help="Output directory (default: RUN/eval/step_N, or eval/GAME/NAME).")
+        Path | None,
+        typer.Option(help="Output directory (default: RUN/eval/step_N, or eval/GAME/NAME, where a Hub name "
+                     "org/name@rev is org--name--rev)."),
     ] = None,
     samples_per_infoset: Annotated[
         int | None,

@@ -1,6 +1,7 @@
 """Hub names as model paths, offline: a local Hugging Face cache (its real layout) holds two revisions of a tiny
 model, `org/tiny`. The default branch and a pinned revision load different weights; a loaded config pins the
-name to its commit, and check, train, eval and play load it. A name the cache lacks is refused in one line."""
+name to its commit, and check, train (hf and vLLM), eval and play load it. A name the cache lacks is refused in
+one line."""
 
 from __future__ import annotations
 
@@ -19,13 +20,18 @@ from strat.cluster import jobs
 from strat.config import load_config
 from strat.engines import SamplingParams, build_engine
 from strat.model import hub
-from strat.train.settings import base_model_path
+from strat.train import metrics
+from strat.train.settings import base_model_path, engine_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"
 FIRST = hashlib.sha1(b"first revision").hexdigest()
 SECOND = hashlib.sha1(b"second revision").hexdigest()
 PROMPT = [{"role": "user", "content": "You hold the King. Legal actions: pass, bet"}]
+TRAIN = ["run.name=hub", "warm_start.enabled=false", "schedule.steps=2", "schedule.eval_every=0",
+         "schedule.checkpoint_every=2", "algorithm.group_size=2", "algorithm.groups_per_step=2",
+         "reasoning.max_new_tokens=16", "game.opponents=[{kind: self}]", "logging.tensorboard=false"]
+"""A 2-step `strat train` (to `run.output_dir`/hub) on the model path and engine given."""
 
 
 def add_revision(cache: Path, repo_id: str, source: Path, commit: str) -> Path:
@@ -105,12 +111,24 @@ def test_a_submitted_job_gets_the_revision_pinned(hf_home: Path) -> None:
     assert "org/elsewhere" in notes[0] and jobs.pinned_overrides(config, []) == []
 
 
+def test_eval_takes_a_hub_name_and_writes_to_a_folder_named_after_it(
+    hf_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shown = CliRunner().invoke(cli.app, ["eval", "--help"], env={"COLUMNS": "300"})
+    assert "Hugging Face Hub name (org/name or org/name@revision" in shown.output
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["eval", "--policy", "org/tiny", "--game", "kuhn_poker", "--opponents", "random", "--games", "2",
+                     "--samples-per-infoset", "0", "--backend", "hf"]) == 0
+    # One folder for the pinned name, not org/ holding tiny@<commit>/.
+    assert [path.relative_to(tmp_path) for path in tmp_path.glob("eval/*/*")] == [
+        Path("eval", "kuhn_poker", f"org--tiny--{SECOND}")]
+    report = json.loads((tmp_path / "eval" / "kuhn_poker" / f"org--tiny--{SECOND}" / "eval.json").read_text())
+    assert report["policies"][0]["name"] == f"org/tiny@{SECOND}"
+
+
 @pytest.mark.slow
 def test_train_eval_and_play_load_it(hf_home: Path, tmp_path: Path) -> None:
-    overrides = [f"run.output_dir={tmp_path}", "run.name=hub", "model.path=org/tiny", "engine.backend=hf",
-                 "warm_start.enabled=false", "schedule.steps=2", "schedule.eval_every=0", "schedule.checkpoint_every=2",
-                 "algorithm.group_size=2", "algorithm.groups_per_step=2", "reasoning.max_new_tokens=16",
-                 "game.opponents=[{kind: self}]", "logging.tensorboard=false"]
+    overrides = [*TRAIN, f"run.output_dir={tmp_path}", "model.path=org/tiny", "engine.backend=hf"]
     assert cli.main(["train", str(DEFAULT), *overrides]) == 0
     run_dir = tmp_path / "hub"
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -134,3 +152,20 @@ def test_train_eval_and_play_load_it(hf_home: Path, tmp_path: Path) -> None:
                                           "--seed", "2"], input="pass\nbet\npass\n")
     assert played.exit_code == 0, played.output
     assert "Your return:" in played.output
+
+
+@pytest.mark.long
+def test_a_vllm_run_loads_the_revision_it_names(hf_home: Path, tmp_path: Path) -> None:
+    """The agents' vLLM engines hold the named revision's weights, not main's: the weights every version-0 rollout
+    ran on (the episode ledger's fingerprint of the agent's engine) are those of a fresh vLLM engine on its files."""
+    set_ref(hf_home / "hub", "org/tiny", "first", FIRST)  # a branch other than main, pinned to its commit
+    overrides = [*TRAIN, f"run.output_dir={tmp_path}", "model.path=org/tiny@first", "engine.backend=vllm"]
+    assert cli.main(["train", str(DEFAULT), *overrides]) == 0
+    config = load_config(tmp_path / "hub" / "config.yaml")
+    assert config.model.path == f"org/tiny@{FIRST}"
+    assert [record["step"] for record in metrics.read(config.run_dir)] == [1, 2]
+    with build_engine("vllm", hf_home / "hub" / "models--org--tiny" / "snapshots" / FIRST,
+                      engine_settings(config)) as engine:
+        expected = engine.weights_fingerprint()
+    ledger = metrics.read_ledger(config.run_dir)
+    assert {fingerprint for line in ledger for version, fingerprint in line["weights"] if version == 0} == {expected}
