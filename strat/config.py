@@ -263,7 +263,8 @@ class ReasoningConfig(_Section):
     temperature: float = Field(1.0, gt=0.0)
     """Sampling temperature in rollouts; the learner's log-probs use the same one."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    """Nucleus sampling mass in rollouts (1.0: off)."""
+    """Nucleus sampling mass in rollouts (1.0: off); the learner's log-probs are those of the same truncated
+    distribution."""
 
 
 class ComparisonWeightsConfig(_Section):

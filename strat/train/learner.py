@@ -71,6 +71,8 @@ class LearnerSettings:
     micro_batch: int = 16
     grad_clip: float = 1.0
     temperature: float = 1.0
+    top_p: float = 1.0
+    """Nucleus mass the engines sample with: log-probs are the truncated distribution's for top_p < 1."""
     loss: LossConfig = LossConfig()
     stale: bool = False
     """Weight tokens by proximal/behaviour (samples from an older policy, max_staleness > 0)."""
@@ -257,7 +259,8 @@ class PolicyLearner:
         was_training = model.training
         model.eval()
         with self._autocast():
-            out = sequence_logprobs(model, batch, self.settings.temperature, self.share_prefix)
+            out = sequence_logprobs(model, batch, self.settings.temperature, share_prefix=self.share_prefix,
+                                    top_p=self.settings.top_p)
         model.train(was_training)
         return out
 
@@ -346,6 +349,7 @@ class PolicyLearner:
                         entropy=settings.loss.entropy_coef > 0,
                         candidates=moves[1] if moves is not None else None,
                         share_prefix=self.share_prefix,
+                        top_p=settings.top_p,
                     )
                 if number == 0:  # before the first optimizer step: the weights are still those of the update's start
                     _keep_rows(proximal, rows, logprobs.detach(), batch.response_mask)
@@ -450,7 +454,8 @@ class PolicyLearner:
             chunk = own[index] if counted else drawn[:1]  # every rank runs as many forwards (collectives)
             batch = TrainBatch.collate(chunk, self.pad_id).to(self.device)
             with self._autocast():
-                logprobs = sequence_logprobs(self.model, batch, settings.temperature, self.share_prefix)
+                logprobs = sequence_logprobs(self.model, batch, settings.temperature, share_prefix=self.share_prefix,
+                                             top_p=settings.top_p)
             out = rehearsal_loss(settings.loss, logprobs, batch.behaviour_logprobs, batch.response_mask)
             if settings.loss.loss_agg == "seq_mean":
                 share = len(chunk) / len(drawn)

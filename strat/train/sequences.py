@@ -1,5 +1,6 @@
 """How a batch of samples meets the model: the response tokens' log-probs (and entropies) under the
-temperature-scaled policy, and each data-parallel rank's part of a batch."""
+temperature-scaled policy, nucleus-truncated for top_p < 1 as the engines sample, and each data-parallel rank's
+part of a batch."""
 
 from __future__ import annotations
 
@@ -9,23 +10,25 @@ import torch
 
 from strat.algorithm.losses import choice_entropy, token_entropy, token_logprobs
 from strat.algorithm.records import TrainBatch, TrainSample
+from strat.engines.sampling import sampled_token_logprobs
 from strat.train.prefix import batch_logits
 
 
 def sequence_logprobs(
-    model: torch.nn.Module, batch: TrainBatch, temperature: float, share_prefix: bool = False
+    model: torch.nn.Module, batch: TrainBatch, temperature: float, *, share_prefix: bool = False, top_p: float = 1.0
 ) -> torch.Tensor:
-    """Log-probs [B, R] of the response tokens under the temperature-scaled model (0 on padding); with
-    `share_prefix` the batch's common prompt prefix runs once (`strat.train.prefix`)."""
-    return sequence_forward(model, batch, temperature, share_prefix=share_prefix)[0]
+    """Log-probs [B, R] of the response tokens under the temperature-scaled model, truncated to the nucleus for
+    top_p < 1 (`engines.sampling.sampled_token_logprobs`) (0 on padding); with `share_prefix` the batch's common
+    prompt prefix runs once (`strat.train.prefix`)."""
+    return sequence_forward(model, batch, temperature, share_prefix=share_prefix, top_p=top_p)[0]
 
 
 def sequence_logprobs_and_entropy(
-    model: torch.nn.Module, batch: TrainBatch, temperature: float, entropy: bool = True
+    model: torch.nn.Module, batch: TrainBatch, temperature: float, entropy: bool = True, top_p: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs [B, R] of the response tokens and, with `entropy`, the policy's entropy [B, R] at each of
-    them, under the temperature-scaled model (0 on padding)."""
-    logprobs, values, _ = sequence_forward(model, batch, temperature, entropy=entropy)
+    """Log-probs [B, R] of the response tokens (as `sequence_logprobs`) and, with `entropy`, the policy's entropy
+    [B, R] at each of them, under the temperature-scaled model before truncation (0 on padding)."""
+    logprobs, values, _ = sequence_forward(model, batch, temperature, entropy=entropy, top_p=top_p)
     return logprobs, values
 
 
@@ -36,6 +39,7 @@ def sequence_forward(
     entropy: bool = False,
     candidates: torch.Tensor | None = None,
     share_prefix: bool = False,
+    top_p: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """As `sequence_logprobs_and_entropy`, and with `candidates` ([B, R, K] token ids, -1 for none) the entropy
     [B, R] of the choice between each position's candidates (`losses.choice_entropy`). With `share_prefix` the
@@ -44,7 +48,10 @@ def sequence_forward(
     # computing only those keeps the vocabulary projection off the prompt.
     logits = batch_logits(model, batch, batch.response_ids.shape[1] + 1, share_prefix)
     predicting = logits[:, :-1, :]
-    logprobs = token_logprobs(predicting, batch.response_ids, temperature)
+    if top_p < 1.0:
+        logprobs = sampled_token_logprobs(predicting, batch.response_ids, temperature, top_p)
+    else:
+        logprobs = token_logprobs(predicting, batch.response_ids, temperature)
     logprobs = torch.where(batch.response_mask, logprobs, torch.zeros_like(logprobs))
     values = choices = None
     if entropy:

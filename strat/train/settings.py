@@ -57,6 +57,7 @@ def learner_settings(config: ExperimentConfig) -> LearnerSettings:
         micro_batch=algo.micro_batch,
         grad_clip=algo.grad_clip,
         temperature=config.reasoning.temperature,
+        top_p=config.reasoning.top_p,
         loss=LossConfig(
             clip_eps_low=algo.clip_eps_low,
             clip_eps_high=algo.clip_eps_high,
