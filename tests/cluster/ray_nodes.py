@@ -97,18 +97,19 @@ def _launch(args: list[str], env: dict[str, str], log: Path, temp_dir: Path) -> 
 
 
 def _wait_for(ready: Callable[[], bool], node: NodeProcess, what: str) -> None:
-    """Until `ready()`; fails with the node's log when it exits or the start timeout passes."""
+    """Until `ready()`; fails with the node's log when it exits or the start timeout passes (the caller stops it)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while not ready():
         if node.process.poll() is not None:
             raise RayStartFailed(node, f"ray start exited with {node.process.returncode}")
         if time.monotonic() > deadline:
-            node.stop()
             raise RayStartFailed(node, f"{what} not ready within {START_TIMEOUT_S:.0f} s")
         time.sleep(1)
 
 
 class RayStartFailed(RuntimeError):
+    """A `ray start` that exited or never became ready; `bind_failure` when its log says a port was taken."""
+
     def __init__(self, node: NodeProcess, why: str) -> None:
         self.bind_failure = any(text in node.text() for text in BIND_FAILURES)
         super().__init__(f"{why}: {node.text()[-3000:]}")
@@ -181,5 +182,9 @@ def start_worker(head: RayHead, log: Path, env: dict[str, str], num_cpus: int, n
     args = [f"--address={head.gcs_address}", "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}",
             f"--num-gpus={num_gpus}", f"--resources={json.dumps(resources)}"]
     node = NodeProcess(_launch(args, env, log, temp_dir), temp_dir, log)
-    _wait_for(lambda: "Ray runtime started" in node.text(), node, "the Ray node")
+    try:
+        _wait_for(lambda: "Ray runtime started" in node.text(), node, "the Ray node")
+    except RayStartFailed:
+        node.stop()
+        raise
     return node

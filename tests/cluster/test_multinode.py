@@ -44,23 +44,23 @@ class Cluster:
     """The head and the GPU nodes the tests started, under one Ray token."""
 
     head: RayHead
-    head_process: NodeProcess
     env: dict[str, str]
     log_dir: Path
     gpu_nodes: dict[str, NodeProcess] = field(default_factory=dict)
     """Live GPU nodes by name (the custom resource that names each)."""
-    started: int = 0
+    started: list[NodeProcess] = field(default_factory=list)
+    """Every GPU node started, lost ones too (their temp dirs are removed at the end)."""
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.env['RAY_AUTH_TOKEN']}", "Content-Type": "application/json"}
+        return {**_token_header(self.env), "Content-Type": "application/json"}
 
     def add_gpu_node(self) -> str:
         """Start a node with one GPU and no CPU; returns its name once the GCS lists it alive."""
-        self.started += 1
-        name = f"{GPU_NODE}{self.started}"
+        name = f"{GPU_NODE}{len(self.started) + 1}"
         self.gpu_nodes[name] = start_worker(self.head, self.log_dir / f"{name}.log", self.env, num_cpus=0, num_gpus=1,
                                             resources={name: 1})
+        self.started.append(self.gpu_nodes[name])
         _until(lambda: name in self.node_names().values(), f"node {name} listed alive")
         return name
 
@@ -106,6 +106,10 @@ class Cluster:
         return where
 
 
+def _token_header(env: dict[str, str]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {env['RAY_AUTH_TOKEN']}"}
+
+
 def _until(condition: Callable[[], bool], what: str, timeout_s: float = RUN_TIMEOUT_S,
            process: subprocess.Popen | None = None, log: Path | None = None, seen: list | None = None) -> None:
     """Poll `condition` until it holds; fails when `process` ends first (with its log, and the last of `seen`)."""
@@ -126,16 +130,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),
            # Workers run `python`: this venv's.
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    headers = {"Authorization": f"Bearer {env['RAY_AUTH_TOKEN']}"}
-    head, process = start_head(log_dir, env, num_cpus=2, headers=headers)
-    found = Cluster(head, process, env, log_dir)
+    head, process = start_head(log_dir, env, num_cpus=2, headers=_token_header(env))
+    found = Cluster(head, env, log_dir)
     try:
         for _ in range(2):
             found.add_gpu_node()
         yield found
     finally:
-        for node in found.gpu_nodes.values():
+        for node in found.started:
             node.kill()
+            node.stop()
         process.stop()
 
 
