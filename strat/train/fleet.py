@@ -4,6 +4,7 @@ weights the others hold) and its lost work replayed, and a dead learner ends the
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,14 +179,30 @@ class Fleet:
     # --- calls that survive faults -----------------------------------------------------------
 
     def call_agents(self, where: str, call: Callable[[], list[Any]]) -> Any:
-        """Run calls on agents/workers (made by `call`), restarting dead ones and calling again."""
+        """Run calls on agents/workers (made by `call`), restarting dead ones and calling again. Another error counts
+        as a death when an agent or worker no longer answers: a collective call fails for its other members (the
+        learner's broadcast: connection closed by peer) before Ray has declared a member on a lost node dead."""
         while True:
             try:
                 return ray.get(call())
             except Exception as err:  # noqa: BLE001
-                if not actor_died(err):
+                if not actor_died(err) and not self._any_lost():
                     raise
                 self.recover(where, err)
+
+    def _any_lost(self) -> bool:
+        """Whether an agent or rollout worker is dead, pinged all at once (a busy one counts as alive)."""
+        handles = [*self.agents, *self.workers, *([self.snapshot] if self.snapshot is not None else [])]
+        pings = [handle.ready.remote() for handle in handles]
+        answered, _ = ray.wait(pings, num_returns=len(pings), timeout=ACTOR_PING_TIMEOUT_S)
+        for ping in answered:
+            try:
+                ray.get(ping)
+            except Exception as err:
+                if actor_died(err):
+                    return True
+                raise
+        return False
 
     def launch(self, worker: int, plans: list[GroupPlan], sampling_seed: int) -> Share:
         """Start rollout worker `worker` on `plans`."""
@@ -244,16 +261,9 @@ class Fleet:
                     "(restart %d of at most %d), the lost work is replayed",
                     where, type(err).__name__, len(dead_agents), " and the snapshot" if snapshot_dead else "",
                     len(dead_workers), self.restarts, limit)
-        for i in dead_agents:
-            self.agents[i] = self._new_agent(index=i)
-        if snapshot_dead:
-            self.snapshot = self._new_agent(role="snapshot")
-        fresh = [self.agents[i] for i in dead_agents] + ([self.snapshot] if snapshot_dead else [])
-        self._wait_ready(fresh)
+        self._start_again(where, [("agent", i) for i in dead_agents] + ([("snapshot", 0)] if snapshot_dead else []))
         ray.get(self.sync.reload_calls([self.agents[i] for i in dead_agents], snapshot_dead))
-        for i in dead_workers:
-            self.workers[i] = self._new_worker(i)
-        self._wait_ready([self.workers[i] for i in dead_workers])
+        self._start_again(where, [("rollout_worker", i) for i in dead_workers])
         if dead_agents or snapshot_dead:
             ray.get([
                 worker.set_agents.remote(self.agents[i % len(self.agents)], self.snapshot)
@@ -262,6 +272,41 @@ class Fleet:
         if dead_agents and self.judges():
             ray.get(self.comparator.set_agents.remote(self.judges()))
         self._collect_handles()
+
+    def _start_again(self, where: str, slots: list[tuple[str, int]]) -> None:
+        """A new actor for each (role, index) slot, in place of the dead one; returns once all are ready. One that
+        dies before it ran was sent where its placement bundle still was, a node that is lost but not yet declared
+        dead (the GCS takes seconds to miss its heartbeats); it is started again, once the bundle has moved."""
+        deadline = time.monotonic() + ACTOR_START_TIMEOUT_S
+        while slots:
+            for role, index in slots:
+                if role == "agent":
+                    self.agents[index] = self._new_agent(index=index)
+                elif role == "snapshot":
+                    self.snapshot = self._new_agent(role="snapshot")
+                else:
+                    self.workers[index] = self._new_worker(index)
+            handles = [self.snapshot if role == "snapshot" else (self.agents if role == "agent" else self.workers)[index]
+                       for role, index in slots]
+            ready = [handle.ready.remote() for handle in handles]
+            _, pending = ray.wait(ready, num_returns=len(ready), timeout=max(0.0, deadline - time.monotonic()))
+            if pending:
+                raise RuntimeError(
+                    f"{len(pending)} restarted actor(s) did not start within {ACTOR_START_TIMEOUT_S:.0f} s; "
+                    f"the cluster has {ray.available_resources()} free"
+                )
+            died = []
+            for slot, ref in zip(slots, ready, strict=True):
+                try:
+                    ray.get(ref)
+                except Exception as err:
+                    if not actor_died(err):
+                        raise
+                    died.append(slot)
+            if died:
+                log.warning("%s: %d restarted actor(s) died before they started (sent to a lost node); starting them"
+                            " again", where, len(died))
+            slots = died
 
     @staticmethod
     def alive(handle: Any) -> bool:
