@@ -45,7 +45,8 @@ def warm_model_dir(tiny_model_dir: Path) -> Path:
     test_ray_training.py), so one build serves them all."""
     from strat.model.warmstart import WarmStartSettings, ensure_warm
 
-    return ensure_warm(tiny_model_dir, "kuhn_poker", WarmStartSettings(depth=2, epochs=2, episodes=400))
+    settings = WarmStartSettings(depth=2, epochs=2, episodes=400, max_seconds=3600)  # ~1 min idle; a busy machine
+    return ensure_warm(tiny_model_dir, "kuhn_poker", settings)  # must not cut it short (it would not be cached)
 
 
 @dataclass(frozen=True)

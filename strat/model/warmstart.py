@@ -446,7 +446,25 @@ def ensure_warm(model_dir: Path, game: str, settings: WarmStartSettings) -> Path
     examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player,
                            settings.game_options)
     target = cache_dir() / "warm" / f"{game}-{_cache_key(model_dir, game, settings, examples)}"
-    return build_once(target, lambda out: _train(model_dir, out, game, settings, examples))
+    built = build_once(target, lambda out: _train(model_dir, out, game, settings, examples))
+    if not stopped_early(built):
+        return built
+    # Cut short by max_seconds (a slow or busy machine): this run uses it, but it is moved out of the cache, so
+    # that the next run with these settings trains the whole warm start instead of reusing a half-trained one.
+    aside = built.with_name(f"{built.name}-stopped-early-{os.getpid()}-{time.time_ns()}")
+    try:
+        os.rename(built, aside)
+    except OSError:  # another process moved it first: this one trains its own
+        return ensure_warm(model_dir, game, settings)
+    return aside
+
+
+def stopped_early(model_dir: Path) -> bool:
+    """Whether the warm start in `model_dir` was cut short by its `max_seconds` guard."""
+    info = Path(model_dir) / "strat_warm.json"
+    if not info.is_file():
+        return False
+    return bool(json.loads(info.read_text()).get("figures", {}).get("stopped_early"))
 
 
 # --- checking the result -------------------------------------------------------------------------------------------

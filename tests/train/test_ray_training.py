@@ -28,9 +28,9 @@ SMALL = [
     "eval.games=6", "eval.samples_per_infoset=2", "eval.bootstrap=5", "logging.samples_every=1",
     "resources.rollout_workers=1",
     # The loop's tests need a model that follows the format, not the default warm start's full schedule: the
-    # settings of the shared `warm_model_dir` fixture (WarmStartSettings(depth=2, epochs=2, episodes=400)), so that
+    # settings of the shared `warm_model_dir` fixture (WarmStartSettings(depth=2, epochs=2, episodes=400, max_seconds=3600)), so that
     # the trainer's warm start and the fixture are one cached build in the suite, not two.
-    "warm_start.player=random", "warm_start.episodes=400", "warm_start.epochs=2", "warm_start.max_seconds=300",
+    "warm_start.player=random", "warm_start.episodes=400", "warm_start.epochs=2", "warm_start.max_seconds=3600",
 ]
 
 

@@ -42,7 +42,7 @@ GAME, DEPTH = "kuhn_poker", 2
 # (validity 0.958 at the test's seed, 0.959 at another; 73 s on 2 idle cores, 800 games took ~125 s for the same
 # 0.96), and the same settings as the shared `warm_model_dir` fixture and the loop tests' warm start, so the suite
 # builds one warm model.
-SETTINGS = WarmStartSettings(depth=DEPTH, epochs=2, episodes=400)
+SETTINGS = WarmStartSettings(depth=DEPTH, epochs=2, episodes=400, max_seconds=3600)
 
 
 @dataclass(frozen=True)
@@ -325,3 +325,19 @@ def test_ensure_warm_uses_the_copy_of_a_process_that_finished_first(
     assert ensure_warm(tiny_model_dir, GAME, settings) == target
     assert len(staged) == 1 and not staged[0].exists()
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]  # no staging folder left behind
+
+
+def test_a_warm_start_cut_short_is_not_cached(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    """A warm start stopped by its max_seconds guard serves the run that trained it, but the next run with the same
+    settings trains again rather than reusing a half-trained model."""
+    monkeypatch.setenv("STRAT_CACHE_DIR", str(tmp_path / "cache"))
+    settings = WarmStartSettings(episodes=6, epochs=50, batch_size=1, max_seconds=0.5)
+    with pytest.warns(UserWarning, match="stopped after"):
+        first = ensure_warm(tiny_model_dir, GAME, settings)
+    assert warmstart.stopped_early(first) and "stopped-early" in first.name
+    assert list(first.glob("*.safetensors"))
+    assert not list((tmp_path / "cache" / "warm").glob(f"{GAME}-????????????????"))  # nothing left in the cache
+    with pytest.warns(UserWarning, match="stopped after"):
+        second = ensure_warm(tiny_model_dir, GAME, settings)
+    assert second != first and first.is_dir()
