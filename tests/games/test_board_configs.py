@@ -1,0 +1,72 @@
+"""The shipped tic-tac-toe, Connect Four, Liar's dice and bargaining configs: `strat check` accepts them, and two
+in-process training steps run on each (rollout -> comparison -> advantages -> update, hf engine, no Ray) from a
+short warm start of the config's own player, with moves parsed from the policy's responses (not all fallbacks) and a
+finite process term at every turn, also in the board games, where it rests on predictions alone (no private
+information, so no belief score)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+from training_steps import (  # this folder is on sys.path (no __init__.py: `games` is the package under test)
+    decision_counts,
+    two_steps,
+)
+
+from strat import cli
+from strat.algorithm.advantage import compute_advantages
+from strat.config import load_config
+from strat.train.settings import advantage_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+BOARD_GAMES = ("tic_tac_toe", "connect_four")
+GAMES = (*BOARD_GAMES, "liars_dice", "bargaining")
+# A short warm start of the configs' own player at depth 1, and a small step, so that each test stays short.
+SMOKE = ["engine.backend=hf", "warm_start.epochs=2", "algorithm.group_size=2", "algorithm.groups_per_step=3",
+         "reasoning.depth=1"]
+# Per game: warm-start games for about 200 decisions (random play: ~8 a game of tic-tac-toe, ~23 of Connect Four,
+# ~3.6 of Liar's dice, ~8.6 of bargaining), and room for the longest templated depth-1 response (105, 120, 145 and
+# 228 tokens).
+GAME_SMOKE = {
+    "tic_tac_toe": ["warm_start.episodes=25", "reasoning.max_new_tokens=128"],
+    "connect_four": ["warm_start.episodes=8", "reasoning.max_new_tokens=144"],
+    "liars_dice": ["warm_start.episodes=55", "reasoning.max_new_tokens=160"],
+    "bargaining": ["warm_start.episodes=23", "reasoning.max_new_tokens=256"],
+}
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_strat_check_accepts_the_config(game: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", str(CONFIGS / f"{game}_tiny.yaml")]) == 0
+    captured = capsys.readouterr()
+    assert "held_out: null" in captured.out and f"context: longest {game} prompt" in captured.err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("game", GAMES)
+def test_two_training_steps(game: str, tmp_path: Path) -> None:
+    config = load_config(CONFIGS / f"{game}_tiny.yaml",
+                         [*SMOKE, *GAME_SMOKE[game], f"run.output_dir={tmp_path}"])
+    results = two_steps(config, tmp_path)
+    valid, decisions = decision_counts(results)
+    assert decisions > 0 and valid > 0, "every move was a fallback: the policy's responses were never parsed"
+    process_only = dataclasses.replace(advantage_config(config), mode="process")
+    for step, result in enumerate(results, start=1):
+        assert result.figures["learn/samples"] > 0 and math.isfinite(result.figures["loss/policy"])
+        scores = [score for scored in result.scored for score in scored.scores]
+        turns = sum(1 for s in result.scored for t in s.episode.turns if t.agent in s.episode.ego_agents and t.response)
+        assert len(scores) == turns > 0
+        # At depth 1 every turn has a prediction to score, so every turn is comparable; a belief only where the
+        # game has private information and an opponent has acted.
+        assert all(score.comparable and score.predict is not None and math.isfinite(score.score) for score in scores)
+        if game in BOARD_GAMES:
+            assert all(score.belief is None for score in scores)
+        else:
+            assert any(score.belief is not None for score in scores)
+        process, _ = compute_advantages(result.scored, process_only)
+        assert len(process) == turns and all(math.isfinite(sample.advantage) for sample in process)
+        assert all(math.isfinite(sample.advantage) for sample in result.samples)
+        assert "(valid)" in (tmp_path / f"step_{step}.md").read_text()
