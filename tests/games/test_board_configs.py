@@ -18,8 +18,11 @@ from training_steps import (  # this folder is on sys.path (no __init__.py: `gam
 
 from strat import cli
 from strat.algorithm.advantage import compute_advantages
+from strat.algorithm.comparison import ComparisonWeights, score_episodes
 from strat.config import load_config
-from strat.train.settings import advantage_config
+from strat.engines.base import Generation, SamplingParams
+from strat.train.rollout import RolloutRunner, plan_groups
+from strat.train.settings import advantage_config, rollout_settings
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 BOARD_GAMES = ("tic_tac_toe", "connect_four")
@@ -70,3 +73,36 @@ def test_two_training_steps(game: str, tmp_path: Path) -> None:
         assert len(process) == turns and all(math.isfinite(sample.advantage) for sample in process)
         assert all(math.isfinite(sample.advantage) for sample in result.samples)
         assert "(valid)" in (tmp_path / f"step_{step}.md").read_text()
+
+
+def _centre_predicting_a1(prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    """A stand-in policy: a well-formed depth-1 response that plays the centre (a fallback once it is taken) and
+    predicts the opponent's a1."""
+    text = "<past>Nothing to read.</past><plan>Centre.</plan><predict>a1</predict><action>b2</action>"
+    return [Generation(tuple(prompt), (1,), (-0.5,), text, "stop") for prompt in prompts]
+
+
+@pytest.mark.parametrize("opponent", ["self", "minimax"])
+def test_without_private_information_the_score_is_the_prediction_alone(opponent: str) -> None:
+    """Tic-tac-toe has no belief score: each turn's score is its prediction accuracy itself (1 where the next move
+    was a1, else 0; not halved by a missing belief), every turn is comparable, and the process term is finite."""
+    choice = "{kind: self}" if opponent == "self" else f"{{kind: scripted, name: {opponent}}}"
+    config = load_config(CONFIGS / "tic_tac_toe_tiny.yaml", [
+        "engine.backend=hf", "reasoning.depth=1", "algorithm.group_size=4", f"game.opponents=[{choice}]"])
+    settings = rollout_settings(config)
+    episodes = RolloutRunner(settings, lambda messages: [0], _centre_predicting_a1).run(
+        plan_groups(settings, 0, 1, 0, 3), 1)
+    scored = score_episodes(episodes, ComparisonWeights(predict=1.0, belief=1.0, agreement=0.5))
+    for item in scored:
+        turns = {turn.turn_index: turn for turn in item.episode.turns}
+        for score in item.scores:
+            following = next((t for i, t in sorted(turns.items()) if i > score.turn_index and t.agent != score.agent),
+                             None)
+            expected = float(following is not None and following.action_name == "a1")
+            assert score.belief is None and score.agreement is None and score.comparable
+            assert score.predict == expected and score.score == expected
+    assert {s.predict for item in scored for s in item.scores} == {0.0, 1.0}
+    for mode in ("process", "hybrid"):
+        samples, stats = compute_advantages(scored, dataclasses.replace(advantage_config(config), mode=mode))
+        assert stats.comparable_turns == stats.turns == len(samples) > 0
+        assert all(math.isfinite(sample.advantage) for sample in samples)
