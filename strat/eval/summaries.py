@@ -53,13 +53,16 @@ class Figure:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One policy's figures: `return_vs` and `win_rate_vs` by opponent, exploitability, format validity."""
+    """One policy's figures: `return_vs`, `win_rate_vs` and `draw_rate_vs` by opponent, exploitability, format
+    validity."""
 
     step: int
     return_vs: dict[str, Figure] = field(default_factory=dict)
     win_rate_vs: dict[str, Figure] = field(default_factory=dict)
     exploitability: Figure | None = None
     format_validity: float | None = None
+    draw_rate_vs: dict[str, Figure] = field(default_factory=dict)
+    """Zero-sum games only (the evaluation records no draws in general-sum ones); empty in older summaries."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ def _interval(value: Any) -> tuple[float | None, float | None]:
 
 def _evaluation(record: dict[str, Any], num_games: int, validity: float | None,
                 exploitability: Figure | None) -> Evaluation:
-    returns, wins = {}, {}
+    returns, wins, draws = {}, {}, {}
     for key, value in record.items():
         match = re.fullmatch(r"eval/return_vs_(\w+)", key)
         if match is None or value is None or key.endswith("_ci"):
@@ -146,9 +149,12 @@ def _evaluation(record: dict[str, Any], num_games: int, validity: float | None,
         rate = record.get(f"eval/win_rate_vs_{name}")
         if rate is not None:
             wins[name] = Figure(float(rate), *wilson_interval(rate * num_games, num_games))
+        rate = record.get(f"eval/draw_rate_vs_{name}")
+        if rate is not None:
+            draws[name] = Figure(float(rate), *wilson_interval(rate * num_games, num_games))
     if exploitability is None and record.get("eval/exploitability") is not None:
         exploitability = Figure(float(record["eval/exploitability"]), *_interval(record.get("eval/exploitability_ci")))
-    return Evaluation(int(record["step"]), returns, wins, exploitability, validity)
+    return Evaluation(int(record["step"]), returns, wins, exploitability, validity, draws)
 
 
 def exploitability_from_eval(path: Path) -> Figure:
@@ -220,6 +226,7 @@ def _load_evaluation(data: dict[str, Any]) -> Evaluation:
         win_rate_vs={k: Figure(**v) for k, v in data["win_rate_vs"].items()},
         exploitability=_figure(data.get("exploitability")),
         format_validity=data.get("format_validity"),
+        draw_rate_vs={k: Figure(**v) for k, v in data.get("draw_rate_vs", {}).items()},
     )
 
 
@@ -291,13 +298,17 @@ def games_section(summaries: Sequence[RunSummary], references: dict[str, Referen
         opponents = sorted({o for s in runs for o in (*s.before.return_vs, *s.after.return_vs)},
                            key=lambda o: (o != "random", o != "heuristic", o))
         lines += [f"### {label}", ""]
-        header = ["seed", "policy", *(f"return vs {o}" for o in opponents),
-                  *(f"win % vs {o}" for o in opponents), "exploitability", "format valid"]
+        # A draw column only for games whose runs drew at all (board games, split pots), not for those that cannot.
+        draws = any(rate.value > 0 for s in runs for ev in (s.before, s.after) for rate in ev.draw_rate_vs.values())
+        drawn = opponents if draws else []
+        header = ["seed", "policy", *(f"return vs {o}" for o in opponents), *(f"win % vs {o}" for o in opponents),
+                  *(f"draw % vs {o}" for o in drawn), "exploitability", "format valid"]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for run in runs:
             for name, ev in (("warm start (step 0)", run.before), (f"trained (step {run.after.step})", run.after)):
                 row = [str(run.seed), name, *(_cell(ev.return_vs.get(o), signed=True) for o in opponents),
-                       *(_cell(ev.win_rate_vs.get(o), percent=True) for o in opponents), _cell(ev.exploitability),
+                       *(_cell(ev.win_rate_vs.get(o), percent=True) for o in opponents),
+                       *(_cell(ev.draw_rate_vs.get(o), percent=True) for o in drawn), _cell(ev.exploitability),
                        "n/a" if ev.format_validity is None else f"{ev.format_validity:.3f}"]
                 lines.append("| " + " | ".join(row) + " |")
         lines.append("")

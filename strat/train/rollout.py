@@ -323,19 +323,34 @@ def _play_scripted(game: LiveGame, observe: bool) -> None:
         )
 
 
-def evaluate_vs(runner: RolloutRunner, opponent: str, num_games: int, seed: int) -> tuple[list[float], list[bool]]:
-    """Game returns (not penalties) and wins of the policy against a scripted opponent, seats alternating."""
+@dataclass(frozen=True)
+class VersusGames:
+    """The policy's games against one scripted opponent, one entry per game, in order."""
+
+    returns: list[float]
+    """The policy's game returns (not format penalties)."""
+    wins: list[bool]
+    """Whether the policy's return beat every other player's."""
+    draws: list[bool] | None
+    """Whether it tied the best other return (tic-tac-toe's full board, a split pot); None in a general-sum game
+    (bargaining), where equal returns are no draw."""
+
+
+def evaluate_vs(runner: RolloutRunner, opponent: str, num_games: int, seed: int) -> VersusGames:
+    """Returns, wins and draws of the policy against a scripted opponent, seats alternating."""
     settings = dataclasses.replace(runner.settings, group_size=1, opponents=(OpponentConfig(kind="scripted", name=opponent),))
-    num_players = games.spec(settings.game, **settings.game_options).num_players
+    spec = games.spec(settings.game, **settings.game_options)
     plans = [
         GroupPlan(group_id=f"eval-{index}", seed=derive_seed(seed, index, "deal") % (2**31),
-                  opponent=settings.opponents[0], ego_seat=index % num_players)
+                  opponent=settings.opponents[0], ego_seat=index % spec.num_players)
         for index in range(num_games)
     ]
     episodes = RolloutRunner(settings, runner.encode, runner.policy).run(plans, derive_seed(seed, "sampling"))
-    returns, wins = [], []
+    returns, wins, draws = [], [], []
     for episode in episodes:
         ego = episode.ego_agents[0]
+        best_other = max(v for a, v in episode.returns.items() if a != ego)
         returns.append(episode.returns[ego])
-        wins.append(episode.returns[ego] > max(v for a, v in episode.returns.items() if a != ego))
-    return returns, wins
+        wins.append(episode.returns[ego] > best_other)
+        draws.append(episode.returns[ego] == best_other)
+    return VersusGames(returns, wins, draws if spec.zero_sum else None)

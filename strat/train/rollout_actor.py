@@ -12,7 +12,7 @@ from strat.algorithm.records import Episode
 from strat.engines import Generation, SamplingParams
 from strat.engines.base import chat_prompt_ids
 from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability
-from strat.train.rollout import GroupPlan, RolloutRunner, RolloutSettings, evaluate_vs
+from strat.train.rollout import GroupPlan, RolloutRunner, RolloutSettings, VersusGames, evaluate_vs
 
 
 @ray.remote
@@ -46,8 +46,8 @@ class RolloutWorker:
     def run(self, plans: list[GroupPlan], sampling_seed: int) -> list[Episode]:
         return self.runner.run(plans, sampling_seed)
 
-    def play_vs(self, opponent: str, num_games: int, seed: int) -> tuple[list[float], list[bool]]:
-        """The policy's game returns and wins against a scripted opponent, seats alternating."""
+    def play_vs(self, opponent: str, num_games: int, seed: int) -> VersusGames:
+        """The policy's game returns, wins and draws against a scripted opponent, seats alternating."""
         return evaluate_vs(self.runner, opponent, num_games, seed)
 
     def exploitability(self, samples_per_infoset: int, seed: int, bootstrap: int) -> ExploitabilityEstimate:

@@ -558,18 +558,21 @@ class Trainer:
 
     def _evaluate(self, held_out: bool) -> dict[str, Any]:
         """Games against random at every evaluation, against the held-out opponents (`held_out_opponents`) at the
-        first and the last, and the exploitability where the game and its player count allow it."""
+        first and the last (return, win rate, and draw rate in zero-sum games), and the exploitability where the game
+        and its player count allow it."""
         config = self.config
         seed = derive_seed(config.run.seed, "eval")
         out: dict[str, Any] = {}
         for opponent in ["random", *(held_out_opponents(config) if held_out else [])]:
-            returns, wins = self.fleet.call_agents(
+            played = self.fleet.call_agents(
                 "evaluation", lambda name=opponent: self.workers[0].play_vs.remote(name, config.eval.games, seed)
             )
-            mean_return, return_ci = mean_interval(returns)
+            mean_return, return_ci = mean_interval(played.returns)
             out[f"eval/return_vs_{opponent}"] = mean_return
             out[f"eval/return_vs_{opponent}_ci"] = return_ci
-            out[f"eval/win_rate_vs_{opponent}"] = sum(wins) / len(wins) if wins else None
+            out[f"eval/win_rate_vs_{opponent}"] = sum(played.wins) / len(played.wins) if played.wins else None
+            if played.draws:
+                out[f"eval/draw_rate_vs_{opponent}"] = sum(played.draws) / len(played.draws)
         if exploitable(config.game.name, dict(config.game.options)) and config.eval.samples_per_infoset > 0:
             estimate = self.fleet.call_agents("evaluation", lambda: self.workers[0].exploitability.remote(
                 config.eval.samples_per_infoset, seed, config.eval.bootstrap))

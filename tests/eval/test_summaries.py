@@ -122,3 +122,48 @@ def test_scripted_reference_of_kuhn_poker() -> None:
     reference = scripted_reference("kuhn_poker", {}, num_games=4000)
     assert reference.random == pytest.approx(-1 / 3, abs=0.06)
     assert reference.heuristic == pytest.approx(0.0, abs=0.06)
+
+
+def _tic_tac_toe_run(tmp_path: Path, draws_after: float) -> Path:
+    """A tic-tac-toe run of 100 games per evaluation that draws 10% of them against minimax at step 0."""
+    run = tmp_path / "ttt"
+    run.mkdir()
+    config = {"run": {"seed": 0}, "game": {"name": "tic_tac_toe", "options": {}}, "eval": {"games": 100}}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    records = [
+        {"step": 0, "eval/return_vs_random": 0.1, "eval/win_rate_vs_random": 0.4, "eval/draw_rate_vs_random": 0.3,
+         "eval/return_vs_minimax": -0.9, "eval/win_rate_vs_minimax": 0.0, "eval/draw_rate_vs_minimax": 0.1},
+        {"step": 1, "format/valid_rate": 1.0,
+         "eval/return_vs_random": 0.3, "eval/win_rate_vs_random": 0.5, "eval/draw_rate_vs_random": 0.3,
+         "eval/return_vs_minimax": -0.75, "eval/win_rate_vs_minimax": 0.0, "eval/draw_rate_vs_minimax": draws_after},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    record_provenance(run, ["train", "configs/tic_tac_toe_tiny.yaml"], "configs/tic_tac_toe_tiny.yaml", time.time())
+    return run
+
+
+def test_draw_rates_are_summarised_with_their_intervals_and_shown(tmp_path: Path) -> None:
+    summary = summarize_run(_tic_tac_toe_run(tmp_path, 0.25), "games")
+    # Wilson's interval for 25 draws in 100 games: centre 0.2592, half-width 0.0838 (by hand).
+    draw = summary.after.draw_rate_vs["minimax"]
+    assert draw.value == 0.25 and draw.low == pytest.approx(0.17545, abs=1e-4) and draw.high == pytest.approx(0.34304, abs=1e-4)
+    assert summary.before.draw_rate_vs["minimax"].value == 0.1 and summary.before.draw_rate_vs["random"].value == 0.3
+    write_summary(summary, tmp_path / "results" / "ttt.json")
+    text = games_section(load_summaries(tmp_path / "results"), {})
+    assert "| seed | policy | return vs random | return vs minimax | win % vs random | win % vs minimax | draw % vs random" \
+           " | draw % vs minimax | exploitability | format valid |" in text
+    assert "| 0 | trained (step 1) | +0.300 | -0.750 | 50.0 [40.4, 59.6] | 0.0 [0.0, 3.7] | 30.0 [21.9, 39.6]" \
+           " | 25.0 [17.5, 34.3] | n/a | 1.000 |" in text
+
+
+def test_games_without_draws_have_no_draw_column_and_older_summaries_load(tmp_path: Path) -> None:
+    """Leduc runs here recorded no draw rates (older runs and summaries have none): they load, and their table has
+    no draw column."""
+    path = write_summary(summarize_run(_run_dir(tmp_path, 0, 0.5), "games"), tmp_path / "results" / "leduc.json")
+    data = json.loads(path.read_text())
+    for ev in ("before", "after"):
+        del data[ev]["draw_rate_vs"]
+    path.write_text(json.dumps(data))
+    summaries = load_summaries(tmp_path / "results")
+    assert summaries[0].after.draw_rate_vs == {} and summaries[0].after.win_rate_vs["heuristic"].value == 0.5
+    assert "draw %" not in games_section(summaries, {})

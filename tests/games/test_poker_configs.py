@@ -8,25 +8,17 @@ import math
 from pathlib import Path
 
 import pytest
+from training_steps import (  # this folder is on sys.path (no __init__.py: `games` is the package under test)
+    decision_counts,
+    two_steps,
+)
 
 from games.opponents import make_opponent
 from strat import cli
-from strat.algorithm.advantage import compute_advantages
-from strat.algorithm.comparison import ComparisonWeights, score_episodes
-from strat.config import ExperimentConfig, load_config
-from strat.engines import build_engine
+from strat.config import load_config
 from strat.engines.base import Generation, SamplingParams
-from strat.model.warmstart import ensure_warm
-from strat.train.learner import PolicyLearner
 from strat.train.rollout import RolloutRunner, plan_groups
-from strat.train.settings import (
-    advantage_config,
-    base_model_path,
-    learner_settings,
-    rollout_settings,
-    warm_start_settings,
-)
-from strat.train.transcripts import render_transcripts
+from strat.train.settings import rollout_settings
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 # A short warm start of the configs' own player at depth 1 (shorter responses, learnt from fewer examples) and a
@@ -43,36 +35,17 @@ def test_strat_check_accepts_the_config(name: str, capsys: pytest.CaptureFixture
     assert "held_out: null" in capsys.readouterr().out
 
 
-def _two_steps(config: ExperimentConfig, out: Path) -> tuple[list[dict[str, float]], int, int]:
-    """Two steps as the trainer runs them, in-process; returns the learner's figures, valid and all decisions."""
-    model_dir = ensure_warm(base_model_path(config), config.game.name, warm_start_settings(config))
-    settings = rollout_settings(config)
-    learner = PolicyLearner(model_dir, learner_settings(config))
-    figures, valid, decisions = [], 0, 0
-    with build_engine("hf", model_dir) as engine:
-        for step in (1, 2):
-            runner = RolloutRunner(settings, engine.encode_chat, engine.generate, snapshot=engine.generate)
-            plans = plan_groups(settings, config.run.seed, step, 0, config.algorithm.groups_per_step)
-            episodes = runner.run(plans, step)
-            turns = [turn for episode in episodes for turn in episode.turns if turn.response is not None]
-            decisions += len(turns)
-            valid += sum(turn.valid for turn in turns)
-            scored = score_episodes(episodes, ComparisonWeights())
-            samples, _ = compute_advantages(scored, advantage_config(config))
-            figures.append(learner.update(samples))
-            engine.load_weights_dir(learner.export_weights_dir(out / "weights"))
-            (out / f"step_{step}.md").write_text(render_transcripts(scored, step))
-    return figures, valid, decisions
-
-
-@pytest.mark.slow
+# Each builds its game's tiny model and a short warm start first (minutes on 2 cores, not the ~30 s hoped for): run
+# by `make test-faults` with the other trainer-level runs (CI runs both), not by `make test`.
+@pytest.mark.long
 @pytest.mark.parametrize("name", ["leduc_poker_tiny", "kuhn_poker_3p_tiny"])
 def test_two_training_steps(name: str, tmp_path: Path) -> None:
     config = load_config(CONFIGS / f"{name}.yaml", [*SMOKE, f"run.output_dir={tmp_path}"])
-    figures, valid, decisions = _two_steps(config, tmp_path)
+    results = two_steps(config, tmp_path)
+    valid, decisions = decision_counts(results)
     assert decisions > 0 and valid > 0, "every move was a fallback: the policy's responses were never parsed"
-    for step, figure in enumerate(figures, start=1):
-        assert figure["learn/samples"] > 0 and math.isfinite(figure["loss/policy"])
+    for step, result in enumerate(results, start=1):
+        assert result.figures["learn/samples"] > 0 and math.isfinite(result.figures["loss/policy"])
         text = (tmp_path / f"step_{step}.md").read_text()
         assert text.startswith(f"# Sampled games at step {step}") and "(valid)" in text
 

@@ -13,8 +13,9 @@ from strat.algorithm.losses import LossConfig
 from strat.algorithm.records import TrainBatch, TrainSample
 from strat.config import OpponentConfig
 from strat.engines import build_engine
+from strat.engines.base import Generation, SamplingParams
 from strat.train.learner import LearnerSettings, PolicyLearner
-from strat.train.rollout import RolloutRunner, RolloutSettings, derive_seed, plan_groups
+from strat.train.rollout import RolloutRunner, RolloutSettings, derive_seed, evaluate_vs, plan_groups
 from strat.train.sequences import sequence_forward, sequence_logprobs, sequence_logprobs_and_entropy
 
 SETTINGS = RolloutSettings(game="kuhn_poker", depth=2, group_size=3, max_tokens=24, format_penalty=-3.0)
@@ -211,3 +212,29 @@ def test_move_entropy_bonus_acts_where_the_move_is_named(tiny_model_dir: Path, t
     assert float(after[moves].max()) <= math.log(2) + 1e-6  # a choice between two moves, not the vocabulary
     with pytest.raises(ValueError, match="move names"):
         LearnerSettings(loss=LossConfig(move_entropy_coef=1.0))
+
+
+def _always_centre(prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    """A stand-in policy that always names the centre cell (a fallback move once it is taken)."""
+    return [Generation(tuple(prompt), (1,), (-0.5,), "<think>Centre.</think><action>b2</action>", "stop")
+            for prompt in prompts]
+
+
+@pytest.mark.parametrize(("game", "zero_sum"), [("tic_tac_toe", True), ("kuhn_poker", True), ("bargaining", False)])
+def test_evaluation_counts_draws_in_zero_sum_games(game: str, zero_sum: bool) -> None:
+    """A draw is a return equal to the best other player's, counted in zero-sum games only: tic-tac-toe against the
+    minimax player ends in a loss (-1) or a draw (0), never a win; Kuhn poker never ties; in bargaining equal values
+    are no draw, so none are counted."""
+    opponent = "minimax" if game == "tic_tac_toe" else "heuristic"
+    runner = RolloutRunner(RolloutSettings(game=game, depth=0, format_penalty=-3.0), lambda messages: [0], _always_centre)
+    played = evaluate_vs(runner, opponent, 24, seed=5)
+    assert len(played.returns) == len(played.wins) == 24
+    if not zero_sum:
+        assert played.draws is None
+        return
+    assert len(played.draws) == 24 and not any(w and d for w, d in zip(played.wins, played.draws))
+    if game == "tic_tac_toe":
+        assert not any(played.wins) and any(played.draws)
+        assert [r == 0.0 for r in played.returns] == played.draws and set(played.returns) <= {-1.0, 0.0}
+    else:
+        assert not any(played.draws) and [r > 0 for r in played.returns] == played.wins
