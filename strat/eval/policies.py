@@ -323,17 +323,20 @@ def play_tables(
     """Play every table to the end through the rollout's game loop, each turn keeping what its agent saw.
 
     Each table has its own streams (a scripted policy's opponent, an LLM's fallback moves), seeded by `seed` and
-    the table, so a table's game never depends on the others; an LLM's samples depend on its batch, as in training.
+    the table's deal and seating (not the policies' names), so a table's game never depends on the others; an LLM's samples depend on its batch, as in training.
     """
     in_flight = []
     for table in tables:
+        # The table's streams are keyed by its deal and seating, not by its label: a policy's name (a run, an
+        # exported copy of it) must not change its games.
+        stream = f"{table.deal_seed}/{table.seats}/{table.ego_seats}"
         env = games.make(game, **game_options)
         env.reset(seed=table.deal_seed)
         agents = tuple(env.possible_agents)
         seated = dict(zip(agents, table.seats, strict=True))
         scripted = {}
         for index in sorted(set(table.seats)):
-            player = policies[index].player(derive_seed(seed, table.episode_id, index, "opponent") % (2**31))
+            player = policies[index].player(derive_seed(seed, stream, index, "opponent") % (2**31))
             if not isinstance(player, LLMPlayer):
                 scripted.update({agent: player for agent, seat in seated.items() if seat == index})
         in_flight.append(
@@ -346,7 +349,7 @@ def play_tables(
                 ego=tuple(agents[seat] for seat in table.ego_seats),
                 players={agent: str(index) for agent, index in seated.items() if agent not in scripted},
                 scripted=scripted,
-                rng=random.Random(derive_seed(seed, table.episode_id, "fallback")),
+                rng=random.Random(derive_seed(seed, stream, "fallback")),
             )
         )
     llms = {str(index): player for index, policy in enumerate(policies) if isinstance(player := policy.player(0), LLMPlayer)}

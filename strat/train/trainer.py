@@ -315,7 +315,7 @@ class Trainer:
                                   derive_seed(self.config.run.seed, "rehearsal", index, round_index))
                 for index, count in enumerate(self.fleet.split(algo.groups_per_step)) if count > 0
             ]
-            episodes += self.fleet.gather(shares, "rehearsal rollout")
+            episodes += self.fleet.gather(shares, "rehearsal rollout")[0]
             if len(episode_samples(episodes, algo.dph_samples)) >= algo.dph_samples:
                 break
         samples = episode_samples(episodes, algo.dph_samples)
