@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import games
 from strat.algorithm.reasoning import ChatTokenizer, build_messages
-from strat.errors import ConfigError
 from strat.engines.base import chat_prompt_ids
+from strat.errors import ConfigError
 
 if TYPE_CHECKING:
     from games import TextGameEnv
@@ -172,7 +172,27 @@ def check_context(config: ExperimentConfig) -> LongestPrompt:
     game, depth = config.game.name, config.reasoning.depth
     found = longest_prompt(game, dict(config.game.options), depth, token_counter(tokenizer))
     check_fits(found, game, depth, config.reasoning.max_new_tokens, config.engine.max_model_len)
+    if config.warm_start.enabled:
+        check_warm_start_fits(config, tokenizer)
     return found
+
+
+def check_warm_start_fits(config: ExperimentConfig, tokenizer: ChatTokenizer) -> None:
+    """Raise ConfigError when the warm start teaches responses longer than `reasoning.max_new_tokens`: every
+    warm-started response would be cut off before its action, and every move would be the fallback."""
+    from strat.model.warmstart import transcripts  # deferred: it imports torch
+    from strat.train.settings import warm_start_settings
+
+    warm = warm_start_settings(config)
+    examples = transcripts(config.game.name, warm.depth, warm.episodes, warm.seed, warm.player, warm.game_options)
+    longest = max((len(tokenizer(response)["input_ids"]) + 1 for _, response in examples), default=0)  # + end token
+    limit = config.reasoning.max_new_tokens
+    if longest > limit:
+        raise ConfigError(
+            f"reasoning.max_new_tokens={limit}: the warm start teaches responses of up to {longest} tokens (with the"
+            f" end token; warm_start.player={warm.player}), so warm-started responses would be cut off before their"
+            f" action; raise reasoning.max_new_tokens to at least {longest}"
+        )
 
 
 def context_summary(found: LongestPrompt, config: ExperimentConfig) -> str:
