@@ -79,7 +79,7 @@ def actor_died(err: BaseException) -> bool:
 
 class Fleet:
     """The agents (and the snapshot opponent's agent), rollout workers, comparator and learner ranks of one run, and
-    the weight sync between them. `step` says which step a fatal loss happened at (the driver's loop in progress)."""
+    the weight sync between them. `step` says which step a fatal loss happened in (the step the driver is working on)."""
 
     def __init__(self, config: ExperimentConfig, run_dir: Path, model_path: str, step: Callable[[], int]) -> None:
         self.config, self.run_dir, self.model_path = config, run_dir, model_path
@@ -242,7 +242,7 @@ class Fleet:
             return self.learner.get(ref)
         except Exception as err:  # noqa: BLE001
             if actor_died(err):
-                raise RunAborted(f"the learner actor died at step {self._step() + 1}; {self.resume_hint()}") from None
+                raise RunAborted(f"the learner actor died at step {self._step()}; {self.resume_hint()}") from None
             raise
 
     def recover(self, where: str, err: BaseException) -> None:

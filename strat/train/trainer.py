@@ -124,6 +124,8 @@ class Trainer:
         self.address = address
         self.resume = resume
         self.step = 0
+        self._in_progress: int | None = None
+        """The step being trained, from its rollout until it is logged (None between steps)."""
         self.baseline = RoleBaseline(config.algorithm.ema_decay)
         self.fleet: Fleet | None = None
         """The run's actors, once started."""
@@ -169,6 +171,7 @@ class Trainer:
             while self.step < self.config.schedule.steps and self.stop_signal is None:
                 record = self._train_step()
                 records.append(self._log(record, on_step))
+                self._in_progress = None
                 self._check_nonfinite(record)
             if self.stop_signal is not None:
                 self._stop_early()
@@ -242,7 +245,7 @@ class Trainer:
         self._owns_ray = start_ray(self.address)
 
     def _start_actors(self) -> None:
-        self.fleet = Fleet(self.config, self.run_dir, self.model_path, lambda: self.step)
+        self.fleet = Fleet(self.config, self.run_dir, self.model_path, lambda: self._in_progress or self.step + 1)
         self.fleet.start()
 
     def _stop_actors(self) -> None:
@@ -425,6 +428,7 @@ class Trainer:
         `time/rollout_wait_s`; `time/rollout_s` is the rollout's own wall time, which overlap hides. With overlap the
         next rollout starts before compare, after the previous update's sync."""
         config, step = self.config, self.step + 1
+        self._in_progress = step  # until the step is logged: a loss after its update is still a loss in this step
         timer = PhaseTimer(STEP_PHASES)
         with timer.phase("rollout"):
             rollout, episodes, resampling = self._rollout(step)

@@ -193,7 +193,9 @@ def _placed(cluster: Cluster, run: Run) -> dict[str, str]:
 @pytest.mark.parametrize("sync", ["directory", "collective"])
 def test_actors_span_nodes_and_a_lost_agent_node_is_replaced(cluster: Cluster, tmp_path: Path, tiny_model_dir: Path,
                                                              sync: str) -> None:
-    steps = 4
+    # Enough steps that the run is still going once the agent is back: a step can take half a second, and Ray notices
+    # the lost node only after its health checks fail.
+    steps = 16
     extra = [f"engine.weight_sync={sync}", f"schedule.steps={steps}", "schedule.checkpoint_every=0"]
     if sync == "collective":
         extra.append("engine.collective_backend=gloo")  # auto would pick NCCL for whole logical GPUs

@@ -74,7 +74,11 @@ def test_two_training_steps(game: str, tmp_path: Path) -> None:
         process, _ = compute_advantages(result.scored, process_only)
         assert len(process) == turns and all(math.isfinite(sample.advantage) for sample in process)
         assert all(math.isfinite(sample.advantage) for sample in result.samples)
-        assert "(valid)" in (tmp_path / f"step_{step}.md").read_text()
+        # The step's transcripts mark every turn of its games as played from the response or as a fallback.
+        text = (tmp_path / f"step_{step}.md").read_text()
+        turns_played = [turn for s in result.scored for turn in s.episode.turns]
+        assert text.count("** (valid)") == sum(turn.valid for turn in turns_played)
+        assert text.count("** (INVALID, fallback played)") == sum(not turn.valid for turn in turns_played)
 
 
 def _centre_predicting_a1(prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
