@@ -428,6 +428,10 @@ class ResourcesConfig(_Section):
     """CPUs of the comparator actor."""
     gpus_comparator: float = Field(0.0, ge=0.0)
     """GPUs of the comparator actor (for a separate judge or embedder on a GPU)."""
+    actor_start_timeout_s: float = Field(600.0, gt=0.0)
+    """How long the run waits for its placement groups and actors to start, and for an agent or rollout worker
+    restarted after a loss to start again; past it the run stops with a message (with the checkpoint to resume
+    from). On an autoscaling cluster it must cover a new node's start-up."""
 
     @property
     def learner_world_size(self) -> int:

@@ -18,7 +18,7 @@ from strat.algorithm.records import Episode
 from strat.cluster.placement import cluster_from_ray, needs_placement, reserve
 from strat.cluster.placement import plan as plan_placement
 from strat.config import ExperimentConfig
-from strat.errors import ConfigError, RunAborted
+from strat.errors import ConfigError, PlacementError, RunAborted
 from strat.model import checkpoint
 from strat.sync.fingerprint import WeightsTag
 from strat.sync.weights import WeightSync
@@ -31,7 +31,6 @@ from strat.train.settings import agreement_settings, engine_settings, learner_se
 
 log = logging.getLogger("strat.train")
 
-ACTOR_START_TIMEOUT_S = 600.0
 ACTOR_PING_TIMEOUT_S = 60.0
 
 
@@ -99,7 +98,7 @@ class Fleet:
         self._engine_settings = engine_settings(config)
         if needs_placement(config):
             # One placement group per role; a plan that cannot fit is refused here, before any actor.
-            self.placement = reserve(plan_placement(config, cluster_from_ray(ray.nodes())), ACTOR_START_TIMEOUT_S)
+            self.placement = reserve(plan_placement(config, cluster_from_ray(ray.nodes())), res.actor_start_timeout_s)
         # An agent's engine holds all of its tensor-parallel GPUs.
         self._agent_cls = (AgentActor, {"num_cpus": res.cpus_per_agent,
                                         "num_gpus": res.gpus_per_agent * config.engine.tensor_parallel_size})
@@ -119,7 +118,7 @@ class Fleet:
             self.model_path, learner_settings(config), res.learner_world_size,
             lambda rank: {"num_cpus": res.cpus_learner, "num_gpus": res.gpus_per_learner_rank,
                           **self._placed("learner", rank)},
-            ACTOR_START_TIMEOUT_S,
+            res.actor_start_timeout_s,
         )
         self.sync = WeightSync(config, self.run_dir, self.learner, lambda: self.agents, lambda: self.snapshot,
                                self.learner_get, self.call_agents)
@@ -160,14 +159,14 @@ class Fleet:
         if self.snapshot is not None:
             self._handles.append(self.snapshot)
 
-    @staticmethod
-    def _wait_ready(handles: list[Any]) -> None:
+    def _wait_ready(self, handles: list[Any]) -> None:
         ready = [h.ready.remote() for h in handles]
-        _, pending = ray.wait(ready, num_returns=len(ready), timeout=ACTOR_START_TIMEOUT_S)
+        timeout = self.config.resources.actor_start_timeout_s
+        _, pending = ray.wait(ready, num_returns=len(ready), timeout=timeout)
         if pending:
-            raise RuntimeError(
-                f"{len(pending)} of {len(ready)} actors did not start within {ACTOR_START_TIMEOUT_S:.0f} s; "
-                f"the cluster has {ray.available_resources()} free"
+            raise PlacementError(
+                f"{len(pending)} of {len(ready)} actors did not start within {timeout:.0f} s "
+                f"(resources.actor_start_timeout_s); the cluster has {ray.available_resources()} free"
             )
         ray.get(ready)
 
@@ -277,7 +276,8 @@ class Fleet:
         """A new actor for each (role, index) slot, in place of the dead one; returns once all are ready. One that
         dies before it ran was sent where its placement bundle still was, a node that is lost but not yet declared
         dead (the GCS takes seconds to miss its heartbeats); it is started again, once the bundle has moved."""
-        deadline = time.monotonic() + ACTOR_START_TIMEOUT_S
+        timeout = self.config.resources.actor_start_timeout_s
+        deadline = time.monotonic() + timeout
         while slots:
             for role, index in slots:
                 if role == "agent":
@@ -291,9 +291,12 @@ class Fleet:
             ready = [handle.ready.remote() for handle in handles]
             _, pending = ray.wait(ready, num_returns=len(ready), timeout=max(0.0, deadline - time.monotonic()))
             if pending:
-                raise RuntimeError(
-                    f"{len(pending)} restarted actor(s) did not start within {ACTOR_START_TIMEOUT_S:.0f} s; "
-                    f"the cluster has {ray.available_resources()} free"
+                for handle in handles:
+                    ray.kill(handle)
+                raise RunAborted(
+                    f"{where}: {len(pending)} restarted actor(s) did not start within {timeout:.0f} s "
+                    f"(resources.actor_start_timeout_s; the cluster has {ray.available_resources()} free); "
+                    f"{self.resume_hint()}"
                 )
             died = []
             for slot, ref in zip(slots, ready, strict=True):

@@ -15,6 +15,7 @@ from ray.exceptions import GetTimeoutError
 
 import strat  # noqa: F401
 from strat.algorithm.records import TrainSample
+from strat.errors import PlacementError
 from strat.model.build import resolve_device
 from strat.model.checkpoint import Checkpoint
 from strat.sync.process_group import GROUP_TIMEOUT_S, Membership, Rendezvous, TensorMeta, describe, member_store
@@ -192,8 +193,9 @@ class LearnerGroup:
             except GetTimeoutError:
                 for rank in ranks:
                     ray.kill(rank)
-                raise RuntimeError(f"learner rank 0 did not start within {timeout_s:.0f} s; the cluster has"
-                                   f" {ray.available_resources()} free") from None
+                raise PlacementError(f"learner rank 0 did not start within {timeout_s:.0f} s "
+                                     f"(resources.actor_start_timeout_s); the cluster has"
+                                     f" {ray.available_resources()} free") from None
             for rank in ranks:
                 rank.join.remote(address)
         return cls(ranks)

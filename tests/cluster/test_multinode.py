@@ -251,3 +251,30 @@ def test_a_lost_learner_node_stops_the_run_naming_its_checkpoint(cluster: Cluste
     assert (f"strat: run stopped: the learner actor died at step {last + 1}; the last complete checkpoint is step "
             f"{last}: continue with strat train --resume {run.run_dir}") in text, text[-3000:]
     assert "Traceback" not in text
+
+
+def test_a_lost_agent_node_without_spare_capacity_stops_the_run_naming_its_checkpoint(
+        cluster: Cluster, tmp_path: Path, tiny_model_dir: Path) -> None:
+    """No GPU is left for the agent's bundle once its node is lost: the restarted agent cannot start, and after
+    `resources.actor_start_timeout_s` the run stops in one line with the checkpoint to resume from (no traceback)."""
+    steps, timeout_s = 16, 60
+    run = _train(cluster, tmp_path, tiny_model_dir, f"schedule.steps={steps}", "schedule.checkpoint_every=1",
+                 f"resources.actor_start_timeout_s={timeout_s}")
+    try:
+        nodes = _placed(cluster, run)
+        assert len(cluster.gpu_nodes) == 2, "a spare GPU node would take the agent"
+        _until(lambda: len(run.steps()) >= 1, "step 1 logged", process=run.process, log=run.log)
+        assert len(run.steps()) < steps, "the run ended before its node could be lost; it needs more steps"
+        cluster.kill(nodes["AgentActor"])
+        code = run.wait()
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()
+    text = run.log.read_text()
+    last = checkpoint.latest(run.run_dir).step
+    assert code == 1, text[-3000:]
+    assert run.steps() == list(range(1, last + 1)), "every logged step has its checkpoint (checkpoint_every=1)"
+    assert (f"restarted actor(s) did not start within {timeout_s} s (resources.actor_start_timeout_s; the cluster "
+            "has") in text, text[-3000:]
+    assert f"the last complete checkpoint is step {last}: continue with strat train --resume {run.run_dir}" in text
+    assert "Traceback" not in text
