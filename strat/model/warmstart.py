@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import logging
 import math
 import os
 import random
@@ -61,6 +62,9 @@ IGNORE_INDEX = -100
 """Label of positions that get no loss (prompt and padding), as torch's cross-entropy expects."""
 # Bumped whenever training changes in a way the settings and transcripts do not capture (part of the cache key).
 WARM_VERSION = 1
+log = logging.getLogger("strat.warmstart")
+PROGRESS_EVERY_S = 60.0
+"""How often, at most, a line of training progress (step, loss, time left) is logged."""
 
 # --- templated reasoning -------------------------------------------------------------------------------------------
 
@@ -376,6 +380,9 @@ def _fit(
     order = torch.Generator().manual_seed(settings.seed)
     losses: list[float] = []
     stopped_early = False
+    log.info("warm start of %s: %d examples x %d epoch(s) = %d steps (stopped after warm_start.max_seconds=%g s)",
+             game, len(encoded), settings.epochs, total, settings.max_seconds)
+    reported = start
     for _ in range(settings.epochs):
         permutation = torch.randperm(len(encoded), generator=order).tolist()
         for first in range(0, len(encoded), settings.batch_size):
@@ -391,6 +398,12 @@ def _fit(
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             losses.append(loss.item())
+            now = time.monotonic()
+            if now - reported >= PROGRESS_EVERY_S:
+                reported = now
+                left = (now - start) / len(losses) * (total - len(losses))
+                log.info("warm start of %s: step %d of %d, loss %.3f, ~%.0f min left", game, len(losses), total,
+                         losses[-1], left / 60)
         if stopped_early:
             break
     model.eval()

@@ -274,8 +274,7 @@ class Trainer:
         if not config.warm_start.enabled:
             return base
         log.info(
-            "warm start (format, not strategy): trained on first use (the default takes ~4 min on 2 CPU cores), "
-            "then cached"
+            "warm start (format, not strategy): trained on first use (with its progress below), then cached"
         )
         return ensure_warm(base, config.game.name, warm_start_settings(config))
 

@@ -4,6 +4,7 @@ SFT whose loss covers only response tokens and that teaches the format (not the 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
@@ -341,3 +342,21 @@ def test_a_warm_start_cut_short_is_not_cached(tiny_model_dir: Path, monkeypatch:
     with pytest.warns(UserWarning, match="stopped after"):
         second = ensure_warm(tiny_model_dir, GAME, settings)
     assert second != first and first.is_dir()
+
+
+def test_a_warm_start_logs_its_size_and_progress(tiny_model_dir: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """A user waiting on a long warm start sees how many steps it has and where it is, with the time left."""
+    monkeypatch.setattr(warmstart, "PROGRESS_EVERY_S", 0.0)  # a line after every step
+    with caplog.at_level(logging.INFO, logger="strat.warmstart"):
+        figures = warm_start(tiny_model_dir, tmp_path / "warm", GAME,
+                             WarmStartSettings(episodes=6, epochs=2, batch_size=4, lr=1e-2))
+    lines = [record.getMessage() for record in caplog.records if record.name == "strat.warmstart"]
+    steps = int(figures["steps"])
+    assert lines[0] == (f"warm start of {GAME}: {int(figures['examples'])} examples x 2 epoch(s) = {steps} steps "
+                        "(stopped after warm_start.max_seconds=300 s)")
+    progress = [line for line in lines[1:] if ", loss " in line]
+    assert [line.split(", loss")[0] for line in progress] == [
+        f"warm start of {GAME}: step {k} of {steps}" for k in range(1, steps + 1)]
+    assert progress[-1].endswith("~0 min left")
