@@ -1,7 +1,7 @@
 """How fast the configured learner teaches the policy a card-dependent move on Kuhn poker, given perfect advantages.
 
     python bench/card_learning.py [--config configs/kuhn_poker_tiny.yaml] [--steps 12] [--samples 8]
-                                  [--target card|bet|pass] [key=value ...]
+                                  [--target card|bet|pass] [--openings] [key=value ...]
 
 RL on the tiny model from the `contrarian` warm start drifts to betting with every card (final exploitability ~0.33,
 the floor of any policy whose bet rate does not depend on the card). This separates the learner from the learning
@@ -32,7 +32,7 @@ import dataclasses
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -43,7 +43,7 @@ from strat.algorithm.advantage import AdvantageConfig, normalise
 from strat.algorithm.reasoning import build_messages, decide, parse_response
 from strat.algorithm.records import TrainSample
 from strat.config import load_config
-from strat.engines import Generation, SamplingParams, build_engine
+from strat.engines import Engine, Generation, SamplingParams, build_engine
 from strat.eval.exploitability import decision_states, env_at
 from strat.train.learner import PolicyLearner
 from strat.train.settings import learner_settings
@@ -147,10 +147,60 @@ def oracle_samples(
             returns.append(1.0 if hit else -1.0)
         advantages = normalise(torch.tensor(returns, dtype=torch.float64), AdvantageConfig().eps).tolist()
         for j, (generation, advantage) in enumerate(zip(chunk, advantages, strict=True)):
-            samples.append(TrainSample(f"{tag}i{index}", f"{tag}i{index}-{j}", agent, 0,
-                                       tuple(generation.prompt_token_ids), tuple(generation.token_ids),
-                                       tuple(generation.logprobs), advantage))
+            samples.append(
+                TrainSample(
+                    f"{tag}i{index}",
+                    f"{tag}i{index}-{j}",
+                    agent,
+                    0,
+                    tuple(generation.prompt_token_ids),
+                    tuple(generation.token_ids),
+                    tuple(generation.logprobs),
+                    advantage,
+                )
+            )
     return samples, stats
+
+
+def probe_envs(openings: bool) -> list[TextGameEnv]:
+    """One env at each of Kuhn poker's 12 information sets, or only at player 0's opening decision (one per card)."""
+    states = [state for _, _, state in decision_states(GAME, ())]
+    if openings:
+        states = [state for state in states if len(state.history()) == 2]  # the two deals, no move yet
+    return [env_at(GAME, {}, state)[0] for state in states]
+
+
+def run_probe(
+    engine: Engine,
+    learner: PolicyLearner,
+    envs: Sequence[TextGameEnv],
+    params: SamplingParams,
+    depth: int,
+    steps: int,
+    samples: int,
+    target: str,
+    penalty: float,
+    seed: int,
+    report: Callable[[int, OracleStats, int, float], None] | None = None,
+) -> list[list[tuple[int, int]]]:
+    """`steps` updates on oracle samples, each sampled from the weights of the update before; (bets, valid moves)
+    per card (Jack to King) sampled before each update and after the last (steps + 1 entries). `report(step,
+    stats, responses, seconds)` is called after each sampling."""
+    prompts = [engine.encode_chat(build_messages(env, env.agent_selection, depth)) for env in envs]
+    rng = random.Random(seed)
+    counts = []
+    for step in range(steps + 1):
+        started = time.perf_counter()
+        batch = [prompt for prompt in prompts for _ in range(samples)]
+        generations = engine.generate(batch, dataclasses.replace(params, seed=seed * 1000 + step))
+        samples_, stats = oracle_samples(envs, generations, samples, depth, target, penalty, rng, tag=f"s{step}")
+        counts.append([(stats.bets[card], stats.counted[card]) for card in range(3)])
+        if step < steps:
+            learner.update(samples_)
+            engine.load_state_dict(learner.state_dict())
+        if report is not None:
+            report(step, stats, len(batch), time.perf_counter() - started)
+    return counts
 
 
 def main() -> None:
@@ -159,6 +209,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--samples", type=int, default=8, help="responses per information set and step")
     parser.add_argument("--target", choices=("card", "bet", "pass"), default="card")
+    parser.add_argument(
+        "--openings", action="store_true", help="only player 0's opening decision (3 information sets, one per card)"
+    )
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")
     args = parser.parse_args()
     config = load_config(args.config, list(args.overrides))
@@ -168,37 +221,45 @@ def main() -> None:
     model = Trainer.initial_model_path(config)
     engine = build_engine("hf", model, dtype="float32", max_model_len=config.engine.max_model_len)
     learner = PolicyLearner(model, learner_settings(config))
-    depth = config.reasoning.depth
-    states = decision_states(GAME, ())
-    envs = [env_at(GAME, {}, state)[0] for _, _, state in states]
-    prompts = [engine.encode_chat(build_messages(env, env.agent_selection, depth)) for env in envs]
-    params = SamplingParams(max_tokens=config.reasoning.max_new_tokens, temperature=config.reasoning.temperature,
-                            top_p=config.reasoning.top_p)
-    rng = random.Random(config.run.seed)
-    print(f"model {model}; target {args.target}; lr {config.algorithm.lr}; {args.samples} samples x 12 infosets")
+    envs = probe_envs(args.openings)
+    params = SamplingParams(
+        max_tokens=config.reasoning.max_new_tokens,
+        temperature=config.reasoning.temperature,
+        top_p=config.reasoning.top_p,
+    )
+    print(
+        f"model {model}; target {args.target}; lr {config.algorithm.lr}; {args.samples} samples x {len(envs)} infosets"
+    )
     print("step | valid | target moves | bet rate J | Q | K | seconds")
-    first: list[tuple[int, int]] | None = None
-    for step in range(args.steps + 1):
-        started = time.perf_counter()
-        batch = [prompt for prompt in prompts for _ in range(args.samples)]
-        generations = engine.generate(batch, dataclasses.replace(params, seed=config.run.seed * 1000 + step))
-        samples, stats = oracle_samples(envs, generations, args.samples, depth, args.target,
-                                        config.algorithm.format_penalty, rng, tag=f"s{step}")
-        valid, hits, bets, counted = stats.valid, stats.hits, stats.bets, stats.counted
-        counts = [(bets[c], counted[c]) for c in range(3)]
-        first = first or counts
-        total = len(batch)
-        rates = " | ".join(f"{bets[c] / max(counted[c], 1):.2f}" for c in range(3))
-        if step < args.steps:
-            learner.update(samples)
-            engine.load_state_dict(learner.state_dict())
-        seconds = time.perf_counter() - started
-        print(f"{step} | {valid / total:.2f} | {hits / max(valid, 1):.2f} | {rates} | {seconds:.1f}", flush=True)
-    moved = movement(first, counts)
+
+    def report(step: int, stats: OracleStats, responses: int, seconds: float) -> None:
+        rates = " | ".join(f"{stats.bets[c] / max(stats.counted[c], 1):.2f}" for c in range(3))
+        print(
+            f"{step} | {stats.valid / responses:.2f} | {stats.hits / max(stats.valid, 1):.2f} | {rates} | "
+            f"{seconds:.1f}",
+            flush=True,
+        )
+
+    counts = run_probe(
+        engine,
+        learner,
+        envs,
+        params,
+        config.reasoning.depth,
+        args.steps,
+        args.samples,
+        args.target,
+        config.algorithm.format_penalty,
+        config.run.seed,
+        report,
+    )
+    moved = movement(counts[0], counts[-1])
     cards = ", ".join(f"{m:+.2f} ± {ci:.2f}" for m, ci in zip(moved.per_card, moved.per_card_ci, strict=True))
     print(f"\nbet log-odds moved from step 0 (J, Q, K; ± 95% from sampling): {cards}")
-    print(f"shared by every card: {moved.shared:+.2f} ± {moved.shared_ci:.2f}; King against Jack and Queen "
-          f"(card-specific): {moved.specific:+.2f} ± {moved.specific_ci:.2f}")
+    print(
+        f"shared by every card: {moved.shared:+.2f} ± {moved.shared_ci:.2f}; King against Jack and Queen "
+        f"(card-specific): {moved.specific:+.2f} ± {moved.specific_ci:.2f}"
+    )
 
 
 if __name__ == "__main__":
