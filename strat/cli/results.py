@@ -8,6 +8,9 @@ from typing import Annotated
 import typer
 
 from strat.eval.summaries import (
+    ABLATION,
+    NO_RUNS,
+    ablation_section,
     game_label,
     games_section,
     load_summaries,
@@ -26,6 +29,9 @@ def summarize(
     run_dir: Annotated[Path, typer.Argument(help="A finished run directory (with provenance.json).")],
     out: Annotated[Path, typer.Option(help="The summary file to write, e.g. docs/results/games/NAME-seed0.json.")],
     section: Annotated[str, typer.Option(help="The results section it belongs to.")] = "games",
+    arm: Annotated[
+        str | None, typer.Option(help="The ablation arm the run trained (needed for --section ablation).")
+    ] = None,
     exploitability_before: Annotated[
         Path | None, typer.Option(help="eval.json of `strat eval` on the warm-started policy (its exploitability).")
     ] = None,
@@ -34,7 +40,7 @@ def summarize(
     ] = None,
 ) -> None:
     """Summarise a finished run: its command, commit, seed, first and last evaluation with 95% intervals."""
-    summary = summarize_run(run_dir, section, exploitability_before, exploitability_after)
+    summary = summarize_run(run_dir, section, exploitability_before, exploitability_after, arm)
     typer.echo(f"summary written to {write_summary(summary, out)}")
 
 
@@ -45,13 +51,18 @@ def table(
         "docs/results.md"),
     reference_games: Annotated[int, typer.Option(help="Games per scripted reference return.")] = 20_000,
 ) -> None:
-    """Rewrite docs/results.md's generated sections from the summaries (hand-written text is kept)."""
-    summaries = [s for s in load_summaries(results) if s.section == "games"]
+    """Rewrite docs/results.md's generated sections (games, ablation) from the summaries, each between its own
+    markers (hand-written text is kept)."""
+    summaries = load_summaries(results)
+    games = [s for s in summaries if s.section == "games"]
+    ablation = [s for s in summaries if s.section == ABLATION]
     references = {}
-    for summary in summaries:
+    for summary in games:
         label = game_label(summary)
         if label not in references:
             references[label] = scripted_reference(summary.game, summary.game_options, num_games=reference_games)
-    body = games_section(summaries, references) if summaries else "No run summarised yet.\n"
-    doc.write_text(replace_section(doc.read_text() if doc.is_file() else "", "games", body))
-    typer.echo(f"{doc}: games section from {len(summaries)} summaries")
+    text = doc.read_text() if doc.is_file() else ""
+    text = replace_section(text, "games", games_section(games, references) if games else NO_RUNS)
+    text = replace_section(text, ABLATION, ablation_section(ablation) if ablation else NO_RUNS)
+    doc.write_text(text)
+    typer.echo(f"{doc}: games section from {len(games)} summaries, ablation section from {len(ablation)}")

@@ -15,7 +15,7 @@ import re
 import shlex
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,12 @@ from strat.errors import UserError
 from strat.eval.stats import wilson_interval
 
 SUMMARY_VERSION = 1
+ABLATION = "ablation"
+"""The results section of bench/ablation.py's runs, one per arm and seed."""
+ABLATION_REFERENCE = "hybrid"
+"""The arm the ablation table pairs every other arm with: Strat-Reasoner as configured, with the hybrid advantage."""
+NO_RUNS = "No run summarised yet.\n"
+"""A generated section's text while no summary belongs to it."""
 PROVENANCE = "provenance.json"
 """Written into a run directory by `strat train` when the run ends: the command line, the commit, the wall time."""
 
@@ -87,6 +93,9 @@ class RunSummary:
     wall_s: float | None = None
     tokens_per_step: float | None = None
     version: int = SUMMARY_VERSION
+    arm: str | None = None
+    """The ablation arm the run trained (section `ablation`, e.g. `outcome`); None in other sections and in older
+    summaries."""
 
 
 # --- provenance ---------------------------------------------------------------------------------------------------
@@ -167,11 +176,14 @@ def exploitability_from_eval(path: Path) -> Figure:
 
 
 def summarize_run(run_dir: Path, section: str, exploitability_before: Path | None = None,
-                  exploitability_after: Path | None = None) -> RunSummary:
+                  exploitability_after: Path | None = None, arm: str | None = None) -> RunSummary:
     """The summary of a finished run from its config.yaml, metrics.jsonl and provenance.json; exploitability
-    measured apart by `strat eval` (eval.json files) replaces the run's own where given."""
+    measured apart by `strat eval` (eval.json files) replaces the run's own where given. A run of the `ablation`
+    section needs its `arm`."""
     from strat.train.metrics import read as read_metrics  # deferred for start-up cost (it imports TensorBoard)
 
+    if section == ABLATION and not arm:
+        raise UserError(f"{run_dir}: a summary of section {ABLATION!r} needs the arm the run trained (e.g. outcome)")
     run_dir = Path(run_dir)
     provenance_file = run_dir / PROVENANCE
     if not (run_dir / "config.yaml").is_file() or not provenance_file.is_file():
@@ -202,6 +214,7 @@ def summarize_run(run_dir: Path, section: str, exploitability_before: Path | Non
                           exploitability_from_eval(exploitability_after) if exploitability_after else None),
         wall_s=provenance.get("wall_s"),
         tokens_per_step=sum(tokens) / len(tokens) if tokens else None,
+        arm=arm,
     )
 
 
@@ -274,6 +287,12 @@ def _cell(figure: Figure | None, percent: bool = False, signed: bool = False) ->
     return "n/a" if figure is None else figure.text(percent=percent, signed=signed)
 
 
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086,
+         21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045}
+"""Student's t 97.5% quantile by degrees of freedom (two-sided 95%)."""
+
+
 def _mean_interval(values: Sequence[float]) -> Figure:
     """Mean over seeds with a t-based 95% interval (normal beyond 30 values)."""
     n = len(values)
@@ -281,7 +300,7 @@ def _mean_interval(values: Sequence[float]) -> Figure:
     if n < 2:
         return Figure(mean)
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    t = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}.get(n, 1.96)
+    t = _T975.get(n - 1, 1.96)
     half = t * sd / math.sqrt(n)
     return Figure(mean, mean - half, mean + half)
 
@@ -343,6 +362,78 @@ def _game_summary(label: str, runs: Sequence[RunSummary], reference: Reference |
               " | normalised return, trained |")
     return [header, "|---|---|---|---|---|", "| " + " | ".join(row) + " |", "", note,
             "Means over seeds with t-based 95% intervals.", ""]
+
+
+def ablation_section(summaries: Sequence[RunSummary], reference: str = ABLATION_REFERENCE) -> str:
+    """The ablation section: a table per config and step count, a row per arm with its final figures over seeds and,
+    beside each, the paired difference from the `reference` arm over the seeds both ran."""
+    lines: list[str] = []
+    by_setting: dict[tuple[str, int], list[RunSummary]] = {}
+    for summary in summaries:
+        by_setting.setdefault((summary.config, summary.steps), []).append(summary)
+    for (config, steps), runs in by_setting.items():
+        by_arm: dict[str, dict[int, RunSummary]] = {}
+        for run in runs:
+            by_arm.setdefault(str(run.arm), {})[run.seed] = run
+        paired = by_arm.get(reference, {})
+        header = ["arm", "seeds", "exploitability", f"minus {reference}", "return vs random", f"minus {reference}",
+                  "format valid", "tokens per step"]
+        lines += [f"### {game_label(runs[0])}: `{config}`, {steps} steps", "",
+                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for arm in sorted(by_arm, key=lambda name: (name != reference, name)):
+            seeds = by_arm[arm]
+            row = [arm, str(len(seeds))]
+            for measure, signed in ((_final_exploitability, False), (_final_return_vs_random, True)):
+                row.append(_over_seeds([measure(run) for run in seeds.values()], signed))
+                row.append("reference" if arm == reference else _paired_difference(seeds, paired, measure))
+            validity = [r.after.format_validity for r in seeds.values() if r.after.format_validity is not None]
+            tokens = [r.tokens_per_step for r in seeds.values() if r.tokens_per_step is not None]
+            row += ["n/a" if not validity else f"{sum(validity) / len(validity):.3f}",
+                    "n/a" if not tokens else f"{sum(tokens) / len(tokens):.0f}"]
+            lines.append("| " + " | ".join(row) + " |")
+        note = (f"Figures of the last evaluation (step {steps}): means over seeds with t-based 95% intervals (lower"
+                f" exploitability is better). `minus {reference}`: the arm's figure minus the {reference} arm's on the"
+                " same seed (the same warm start and evaluation deals), averaged over the n seeds both ran, with a"
+                " t-based 95% interval. Format valid: the share of well-formed responses with a legal move at the last"
+                " training step; tokens per step: generated tokens per training step; both means over seeds.")
+        lines += ["", note, "", "Commands (each run's summary is in `docs/results/ablation/`):", ""]
+        for arm in sorted(by_arm, key=lambda name: (name != reference, name)):
+            for seed, run in sorted(by_arm[arm].items()):
+                lines.append(f"- {arm}, seed {seed}: `{run.command}` (commit {run.commit}, {run.date}"
+                             + (f", {run.wall_s / 60:.1f} min" if run.wall_s else "") + ")")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _final_exploitability(run: RunSummary) -> float | None:
+    return None if run.after.exploitability is None else run.after.exploitability.value
+
+
+def _final_return_vs_random(run: RunSummary) -> float | None:
+    figure = run.after.return_vs.get("random")
+    return None if figure is None else figure.value
+
+
+def _over_seeds(values: Sequence[float | None], signed: bool) -> str:
+    """Mean with its interval over the seeds that measured the figure, and how many did when not all."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return "n/a"
+    text = _mean_interval(present).text(signed=signed)
+    return text if len(present) == len(values) else f"{text} ({len(present)} of {len(values)} seeds)"
+
+
+def _paired_difference(arm: dict[int, RunSummary], reference: dict[int, RunSummary],
+                       measure: Callable[[RunSummary], float | None]) -> str:
+    """The arm's figure minus the reference's, seed by seed, over the seeds where both measured it (paired t)."""
+    differences = []
+    for seed in sorted(arm.keys() & reference.keys()):
+        mine, theirs = measure(arm[seed]), measure(reference[seed])
+        if mine is not None and theirs is not None:
+            differences.append(mine - theirs)
+    if not differences:
+        return "n/a"
+    return f"{_mean_interval(differences).text(signed=True)} (n={len(differences)})"
 
 
 _MARK = "<!-- results:{section}:{end} -->"

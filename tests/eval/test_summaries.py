@@ -13,10 +13,14 @@ import yaml
 from strat import cli
 from strat.errors import UserError
 from strat.eval.summaries import (
+    Evaluation,
     Figure,
     Reference,
+    RunSummary,
+    ablation_section,
     games_section,
     load_summaries,
+    load_summary,
     normalised_return,
     record_provenance,
     replace_section,
@@ -167,3 +171,101 @@ def test_games_without_draws_have_no_draw_column_and_older_summaries_load(tmp_pa
     summaries = load_summaries(tmp_path / "results")
     assert summaries[0].after.draw_rate_vs == {} and summaries[0].after.win_rate_vs["heuristic"].value == 0.5
     assert "draw %" not in games_section(summaries, {})
+
+
+def test_the_committed_summary_loads_without_an_arm() -> None:
+    """Summaries written before `arm` existed (the Leduc run of docs/results/games/) still load."""
+    summary = load_summary(Path(__file__).resolve().parents[2] / "docs/results/games/leduc_poker_tiny-seed0.json")
+    assert summary.arm is None and summary.section == "games" and summary.seed == 0 and summary.steps == 24
+    assert summary.tokens_per_step == pytest.approx(22302.04, abs=0.01)
+
+
+def test_an_ablation_summary_names_its_arm(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, 0, 0.5)
+    with pytest.raises(UserError, match="needs the arm"):
+        summarize_run(run, "ablation")
+    out = tmp_path / "results" / "leduc-outcome-seed0.json"
+    assert cli.main(["results", "summarize", str(run), "--out", str(out), "--section", "ablation",
+                     "--arm", "outcome"]) == 0
+    assert load_summary(out).arm == "outcome" and load_summary(out).section == "ablation"
+
+
+def _arm_run(arm: str, seed: int, exploitability: float | None, returns: float, validity: float = 1.0,
+             tokens: float = 1000.0) -> RunSummary:
+    """A hand-made Kuhn ablation summary: only its last evaluation's figures matter to the table."""
+    after = Evaluation(step=30, return_vs={"random": Figure(returns, returns - 0.1, returns + 0.1)},
+                       exploitability=None if exploitability is None else Figure(exploitability),
+                       format_validity=validity)
+    return RunSummary(section="ablation", config="configs/kuhn_poker_tiny.yaml", game="kuhn_poker", game_options={},
+                      seed=seed, command=f"strat train configs/kuhn_poker_tiny.yaml run.name={arm}-seed{seed}",
+                      commit="abc1234", date="2026-12-02", steps=30, before=Evaluation(step=0), after=after,
+                      tokens_per_step=tokens, arm=arm)
+
+
+def _ablation_runs() -> list[RunSummary]:
+    return [
+        _arm_run("hybrid", 0, 0.30, 0.1, validity=1.0, tokens=1000.0),
+        _arm_run("hybrid", 1, 0.20, 0.2, validity=0.9, tokens=2000.0),
+        _arm_run("hybrid", 2, 0.25, 0.3, validity=0.95, tokens=3000.0),
+        _arm_run("outcome", 0, 0.35, 0.0),
+        _arm_run("outcome", 1, 0.30, 0.2),
+        _arm_run("outcome", 2, 0.25, 0.1),
+        _arm_run("process", 0, 0.90, -0.5),
+        _arm_run("process", 3, 0.80, -0.3),
+        _arm_run("depth0", 0, None, 0.4),
+    ]
+
+
+def test_the_ablation_table_by_hand() -> None:
+    text = ablation_section(_ablation_runs())
+    assert text.startswith("### kuhn_poker: `configs/kuhn_poker_tiny.yaml`, 30 steps\n")
+    assert ("| arm | seeds | exploitability | minus hybrid | return vs random | minus hybrid | format valid"
+            " | tokens per step |") in text
+    # hybrid: exploitability 0.30, 0.20, 0.25: mean 0.25, sd 0.05, t(2) = 4.303, half-width 4.303 * 0.05 / sqrt(3)
+    # = 0.124; returns 0.1, 0.2, 0.3: mean 0.2, sd 0.1, half-width 0.248; validity and tokens: plain means.
+    assert "| hybrid | 3 | 0.250 [0.126, 0.374] | reference | +0.200 [-0.048, +0.448] | reference | 0.950 | 2000 |" in text
+    # outcome minus hybrid, seed by seed: exploitability +0.05, +0.10, 0.00 (mean +0.05, sd 0.05, half-width 0.124);
+    # returns -0.1, 0.0, -0.2 (mean -0.1, sd 0.1, half-width 0.248). Its own exploitability 0.35, 0.30, 0.25 and
+    # returns 0.0, 0.2, 0.1 have the same spreads.
+    assert ("| outcome | 3 | 0.300 [0.176, 0.424] | +0.050 [-0.074, +0.174] (n=3) | +0.100 [-0.148, +0.348]"
+            " | -0.100 [-0.348, +0.148] (n=3) | 1.000 | 1000 |") in text
+    # process ran seeds 0 and 3: its means over both (exploitability 0.85, sd 0.0707, t(1) = 12.706: half-width
+    # 12.706 * 0.0707 / sqrt(2) = 0.635; returns -0.4, sd 0.1414: half-width 1.271), paired with hybrid on seed 0
+    # only (0.90 - 0.30, -0.5 - 0.1: one pair, no interval).
+    assert "| process | 2 | 0.850 [0.215, 1.485] | +0.600 (n=1) | -0.400 [-1.671, +0.871] | -0.600 (n=1) |" in text
+    # depth0 measured no exploitability: none to show or pair; one seed, so no interval on its return.
+    assert "| depth0 | 1 | n/a | n/a | +0.400 | +0.300 (n=1) | 1.000 | 1000 |" in text
+    rows = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows == ["| arm", "| hybrid", "| depth0", "| outcome", "| process"]
+    assert "- outcome, seed 2: `strat train configs/kuhn_poker_tiny.yaml run.name=outcome-seed2` (commit abc1234" in text
+
+
+def test_the_table_command_writes_both_sections_between_their_markers(tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    write_summary(summarize_run(_run_dir(tmp_path, 0, 0.5), "games"), folder / "games" / "leduc-seed0.json")
+    for run in _ablation_runs():
+        write_summary(run, folder / "ablation" / f"kuhn-{run.arm}-seed{run.seed}.json")
+    doc = tmp_path / "results.md"
+    doc.write_text("# Learning results\n\nabove\n\n<!-- results:games:start -->\nold games\n<!-- results:games:end -->\n"
+                   "\nbetween\n\n<!-- results:ablation:start -->\nold ablation\n<!-- results:ablation:end -->\n\nbelow\n")
+    command = ["results", "table", "--results", str(folder), "--doc", str(doc), "--reference-games", "200"]
+    assert cli.main(command) == 0
+    text = doc.read_text()
+    assert "old games" not in text and "old ablation" not in text
+    head, rest = text.split("<!-- results:games:start -->")
+    games, rest = rest.split("<!-- results:games:end -->")
+    middle, rest = rest.split("<!-- results:ablation:start -->")
+    ablation, tail = rest.split("<!-- results:ablation:end -->")
+    assert head == "# Learning results\n\nabove\n\n" and middle == "\n\nbetween\n\n" and tail == "\n\nbelow\n"
+    assert "### leduc_poker" in games and "| hybrid |" not in games
+    assert "| hybrid | 3 |" in ablation and "leduc" not in ablation
+    assert cli.main(command) == 0 and doc.read_text() == text
+
+
+def test_the_table_command_adds_missing_sections_empty(tmp_path: Path) -> None:
+    doc = tmp_path / "results.md"
+    doc.write_text("# Learning results\n")
+    assert cli.main(["results", "table", "--results", str(tmp_path / "none"), "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    assert text.startswith("# Learning results\n") and text.count("No run summarised yet.") == 2
+    assert text.index("results:games:end") < text.index("results:ablation:start")

@@ -1,0 +1,159 @@
+"""bench/ablation.py: its arms are valid configs, identical arms share a run, and a stopped ablation picks up where
+it stopped (the training call replaced by a fake that writes a finished run's files)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from strat.config import load_config, save_resolved
+from strat.errors import RunAborted, UserError
+from strat.eval.summaries import load_summary
+
+from .conftest import bench_module
+
+ROOT = Path(__file__).resolve().parents[2]
+KUHN = "configs/kuhn_poker_tiny.yaml"
+
+
+@pytest.fixture(scope="module")
+def ablation():
+    yield from bench_module("ablation")
+
+
+def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
+    def settings(name: str) -> tuple[str, float, int, bool, str]:
+        (arm,) = [a for a in ablation.ARMS if a.name == name]
+        config = load_config(ROOT / KUHN, list(arm.overrides))
+        algorithm = config.algorithm
+        return algorithm.advantage_mode, algorithm.lam, config.reasoning.depth, algorithm.fiberpo, algorithm.dph_divergence
+
+    # The Kuhn config itself: hybrid, lam 0.5, depth 2, the clipped loss, no DPH-RL.
+    expected = {
+        "hybrid": ("hybrid", 0.5, 2, False, "none"),
+        "outcome": ("outcome", 0.5, 2, False, "none"),
+        "process": ("process", 0.5, 2, False, "none"),
+        "hybrid-lam0.25": ("hybrid", 0.25, 2, False, "none"),
+        "depth0": ("hybrid", 0.5, 0, False, "none"),
+        "depth1": ("hybrid", 0.5, 1, False, "none"),
+        "depth2": ("hybrid", 0.5, 2, False, "none"),
+        "clipped": ("hybrid", 0.5, 2, False, "none"),
+        "fiberpo": ("hybrid", 0.5, 2, True, "none"),
+        "dph-js": ("hybrid", 0.5, 2, False, "js"),
+        "dph-fkl": ("hybrid", 0.5, 2, False, "forward_kl"),
+    }
+    assert {arm.name: settings(arm.name) for arm in ablation.ARMS} == expected
+    assert all("hybrid" in ablation.GROUPS[group] for group in ablation.GROUPS)
+    assert {a.name: a.seeds for a in ablation.ARMS if len(a.seeds) == 5} == {"hybrid": (0, 1, 2, 3, 4),
+                                                                            "outcome": (0, 1, 2, 3, 4)}
+    assert [a.name for a in ablation.select_arms(["loss", "depth0"])] == ["hybrid", "depth0", "clipped", "fiberpo"]
+    with pytest.raises(UserError, match="--arms depth3: no such group or arm"):
+        ablation.select_arms(["depth3"])
+
+
+def test_the_plan_pairs_seeds_and_shares_the_runs_of_identical_arms(ablation, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    runs = ablation.plan_runs(KUHN, ablation.select_arms(["all"]), tmp_path / "runs", tmp_path / "results")
+    # hybrid and outcome on 5 seeds, the 9 other arms on 3: 37 runs; depth2 and clipped are the Kuhn config as it is,
+    # so their 2 x 3 runs are hybrid's: 31 to train.
+    assert len(runs) == 37 and len({run.config.run_dir for run in runs}) == 31
+    assert [(r.arm, r.seed) for r in runs[:3]] == [("hybrid", 0), ("outcome", 0), ("process", 0)]
+    assert [(r.arm, r.seed) for r in runs[-2:]] == [("hybrid", 4), ("outcome", 4)]
+    (depth2,) = [r for r in runs if r.arm == "depth2" and r.seed == 1]
+    assert depth2.config.run_dir == tmp_path / "runs" / "hybrid-seed1"
+    assert depth2.summary == tmp_path / "results" / "kuhn_poker_tiny-depth2-seed1.json"
+    (fiberpo,) = [r for r in ablation.plan_runs(KUHN, ablation.select_arms(["fiberpo"]), tmp_path / "runs",
+                                                tmp_path / "results", seeds=[7], steps=4, overrides=["eval.games=50"])]
+    assert fiberpo.overrides == ("eval.games=50", "schedule.steps=4", "algorithm.advantage_mode=hybrid",
+                                 "algorithm.fiberpo=true", "run.seed=7", "run.name=fiberpo-seed7",
+                                 f"run.output_dir={tmp_path / 'runs'}")
+    assert fiberpo.config.schedule.steps == 4 and fiberpo.config.run.seed == 7
+
+
+class FakeTrainer:
+    """Writes what a finished `strat train` leaves for the summary (config.yaml, metrics.jsonl), and remembers."""
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        self.trained: list[str] = []
+        self.stop_at = stop_at
+
+    def __call__(self, config: str, overrides: Sequence[str]) -> int:
+        resolved = load_config(config, list(overrides))
+        run_dir, steps, seed = resolved.run_dir, resolved.schedule.steps, resolved.run.seed
+        save_resolved(resolved, run_dir)
+        last = steps if self.stop_at is None else self.stop_at
+        records = [{"step": 0, "eval/return_vs_random": -0.1, "eval/exploitability": 0.5}]
+        records += [{"step": s, "format/valid_rate": 1.0, "throughput/gen_tokens_per_s": 100.0, "time/rollout_s": 2.0}
+                    for s in range(1, last + 1)]
+        records[-1].update({"eval/return_vs_random": 0.1 * seed, "eval/return_vs_random_ci": 0.2,
+                            "eval/exploitability": 0.3, "eval/exploitability_ci": [0.25, 0.35]})
+        with (run_dir / "metrics.jsonl").open("a") as handle:
+            handle.writelines(json.dumps(r) + "\n" for r in records)
+        self.trained.append(resolved.run.name)
+        return last
+
+
+def test_a_stopped_ablation_trains_only_what_has_no_summary(ablation, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(ROOT)
+    out, results = tmp_path / "runs", tmp_path / "results"
+    runs = ablation.plan_runs(KUHN, ablation.select_arms(["hybrid", "outcome", "depth2"]), out, results,
+                              seeds=[0, 1], steps=2)
+    assert [(r.arm, r.seed) for r in runs] == [("hybrid", 0), ("outcome", 0), ("depth2", 0), ("hybrid", 1),
+                                               ("outcome", 1), ("depth2", 1)]
+    # outcome seed 1 was summarised before the stop; hybrid seed 1 was interrupted (no provenance.json) after it
+    # had written a metrics line and a checkpoint.
+    results.mkdir()
+    (results / "kuhn_poker_tiny-outcome-seed1.json").write_text("{}")
+    interrupted = out / "hybrid-seed1"
+    (interrupted / "checkpoints" / "step_1").mkdir(parents=True)
+    save_resolved(runs[3].config, interrupted)
+    (interrupted / "metrics.jsonl").write_text(json.dumps({"step": 0, "eval/return_vs_random": 9.0}) + "\n")
+
+    trainer = FakeTrainer()
+    ablation.run_ablation(KUHN, runs, trainer)
+    # depth2 is the Kuhn config as it is: it is summarised from hybrid's run, never trained.
+    assert trainer.trained == ["hybrid-seed0", "outcome-seed0", "hybrid-seed1"]
+    printed = capsys.readouterr().out
+    assert "outcome seed 1: skipped" in printed and "hybrid-seed1: interrupted" in printed
+    assert "depth2 seed 0: finished already in" in printed
+
+    hybrid = load_summary(results / "kuhn_poker_tiny-hybrid-seed1.json")
+    assert hybrid.arm == "hybrid" and hybrid.section == "ablation" and hybrid.seed == 1 and hybrid.steps == 2
+    assert hybrid.command == (f"strat train {KUHN} schedule.steps=2 algorithm.advantage_mode=hybrid run.seed=1"
+                              f" run.name=hybrid-seed1 run.output_dir={out}")
+    # From the fresh run's metrics only (the interrupted run's return of 9.0 was deleted with it).
+    assert hybrid.before.return_vs["random"].value == -0.1
+    assert hybrid.after.return_vs["random"].value == pytest.approx(0.1)
+    assert hybrid.after.exploitability is not None and hybrid.after.exploitability.low == 0.25
+    assert hybrid.after.format_validity == 1.0 and hybrid.tokens_per_step == 200.0
+    depth2 = load_summary(results / "kuhn_poker_tiny-depth2-seed1.json")
+    assert depth2.arm == "depth2" and depth2.command == hybrid.command
+    assert (results / "kuhn_poker_tiny-outcome-seed1.json").read_text() == "{}"
+
+    again = FakeTrainer()
+    ablation.run_ablation(KUHN, runs, again)
+    assert again.trained == [] and capsys.readouterr().out.count(": skipped, summarised in") == 6
+
+
+def test_a_run_stopped_short_gets_no_provenance_and_no_summary(ablation, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    (run,) = ablation.plan_runs(KUHN, ablation.select_arms(["outcome"]), tmp_path / "runs", tmp_path / "results",
+                                seeds=[0], steps=3)
+    with pytest.raises(RunAborted, match="stopped at step 2 of 3"):
+        ablation.run_ablation(KUHN, [run], FakeTrainer(stop_at=2))
+    assert not (run.config.run_dir / "provenance.json").exists() and not run.summary.exists()
+
+
+def test_a_finished_run_of_another_config_is_not_reused(ablation, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    plan = ablation.plan_runs(KUHN, ablation.select_arms(["outcome"]), tmp_path / "runs", tmp_path / "results",
+                              seeds=[0], steps=2)
+    ablation.run_ablation(KUHN, plan, FakeTrainer())
+    plan[0].summary.unlink()
+    (longer,) = ablation.plan_runs(KUHN, ablation.select_arms(["outcome"]), tmp_path / "runs", tmp_path / "results",
+                                   seeds=[0], steps=3)
+    with pytest.raises(UserError, match="a finished run of another config"):
+        ablation.run_ablation(KUHN, [longer], FakeTrainer())
