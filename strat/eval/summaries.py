@@ -195,6 +195,10 @@ def summarize_run(run_dir: Path, section: str, exploitability_before: Path | Non
     steps = [r for r in records if r.get("step", 0) > 0]
     if len(evals) < 2 or not steps:
         raise UserError(f"{run_dir}: needs a first and a last evaluation and a training step in metrics.jsonl")
+    planned, last = int(config["schedule"]["steps"]), int(steps[-1]["step"])
+    if last != planned:  # stopped early (SIGTERM writes provenance too, so that a resume can extend it)
+        raise UserError(f"{run_dir}: stopped at step {last} of {planned}; finish it first with "
+                        f"strat train --resume {run_dir}")
     num_games = int(config["eval"]["games"])
     tokens = [r["throughput/gen_tokens_per_s"] * r["time/rollout_s"] for r in steps
               if "throughput/gen_tokens_per_s" in r and "time/rollout_s" in r]

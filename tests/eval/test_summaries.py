@@ -33,7 +33,8 @@ from strat.eval.summaries import (
 def _run_dir(tmp_path: Path, seed: int, after_heuristic_win: float) -> Path:
     run = tmp_path / f"run{seed}"
     run.mkdir()
-    config = {"run": {"seed": seed}, "game": {"name": "leduc_poker", "options": {}}, "eval": {"games": 100}}
+    config = {"run": {"seed": seed}, "game": {"name": "leduc_poker", "options": {}}, "eval": {"games": 100},
+              "schedule": {"steps": 3}}
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     records = [
         {"step": 0, "eval/return_vs_random": 0.5, "eval/return_vs_random_ci": 0.2, "eval/win_rate_vs_random": 0.5,
@@ -81,6 +82,17 @@ def test_an_unfinished_run_is_refused(tmp_path: Path) -> None:
     run = _run_dir(tmp_path, 0, 0.5)
     (run / "provenance.json").unlink()
     with pytest.raises(UserError, match="not a finished run"):
+        summarize_run(run, "games")
+
+
+def test_a_run_stopped_before_its_last_step_is_refused(tmp_path: Path) -> None:
+    """SIGTERM stops a run with a checkpoint and provenance.json (so that a resume extends it): its summary would
+    pass a partly trained policy off as the config's result."""
+    run = _run_dir(tmp_path, 0, 0.5)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["schedule"]["steps"] = 30
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(UserError, match=f"stopped at step 3 of 30; finish it first with strat train --resume {run}"):
         summarize_run(run, "games")
 
 
@@ -132,7 +144,8 @@ def _tic_tac_toe_run(tmp_path: Path, draws_after: float) -> Path:
     """A tic-tac-toe run of 100 games per evaluation that draws 10% of them against minimax at step 0."""
     run = tmp_path / "ttt"
     run.mkdir()
-    config = {"run": {"seed": 0}, "game": {"name": "tic_tac_toe", "options": {}}, "eval": {"games": 100}}
+    config = {"run": {"seed": 0}, "game": {"name": "tic_tac_toe", "options": {}}, "eval": {"games": 100},
+              "schedule": {"steps": 1}}
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     records = [
         {"step": 0, "eval/return_vs_random": 0.1, "eval/win_rate_vs_random": 0.4, "eval/draw_rate_vs_random": 0.3,
