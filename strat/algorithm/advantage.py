@@ -50,6 +50,10 @@ class AdvantageStats:
     dropped_groups: int
     turns: int
     comparable_turns: int
+    process_outcome_corr: float | None = None
+    """Pearson's correlation of the outcome and the process term over the comparable turns of every group (None
+    with fewer than two, or no spread): near 1 the process term repeats the outcome, near 0 it adds a signal of its
+    own, below 0 it pulls against it."""
 
 
 def zero_spread_group_ids(episodes: Sequence[Episode]) -> list[str]:
@@ -107,7 +111,20 @@ def group_advantages(
     eps: float,
     baseline: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-turn advantages of one statistics group.
+    """Per-turn advantages of one statistics group: the `mode` estimator over `advantage_terms`."""
+    outcome, process = advantage_terms(returns, turn_episode, scores, comparable, eps, baseline)
+    return advantage_estimator(mode)(outcome, process, lam)
+
+
+def advantage_terms(
+    returns: torch.Tensor,
+    turn_episode: torch.Tensor,
+    scores: torch.Tensor,
+    comparable: torch.Tensor,
+    eps: float,
+    baseline: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The outcome and process terms [N] of one statistics group's ego turns.
 
     `returns` [G] per episode; `turn_episode` [N] the episode index of each ego turn; `scores`, `comparable` [N].
     The outcome term is `returns - baseline` ([G]) when a baseline is given, else group-normalised. Process
@@ -116,7 +133,17 @@ def group_advantages(
     outcome = (returns - baseline if baseline is not None else normalise(returns, eps))[turn_episode]
     process = torch.zeros_like(scores)
     process[comparable] = normalise(scores[comparable], eps)
-    return advantage_estimator(mode)(outcome, process, lam)
+    return outcome, process
+
+
+def correlation(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Pearson's correlation of paired values; None with fewer than two pairs or no spread in either."""
+    if len(x) < 2:
+        return None
+    a, b = torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64)
+    a, b = a - a.mean(), b - b.mean()
+    scale = float(torch.sqrt((a * a).sum() * (b * b).sum()))
+    return float((a * b).sum()) / scale if scale > 0 else None
 
 
 class RoleBaseline:
@@ -176,6 +203,8 @@ def compute_advantages(
 
     samples: list[TrainSample] = []
     singleton = zero_spread = zero_process = zero_signal_groups = dropped = total_turns = comparable_turns = 0
+    outcome_terms: list[float] = []
+    process_terms: list[float] = []
     for members in buckets.values():
         turns = [
             (index, scored, turn)
@@ -191,16 +220,17 @@ def compute_advantages(
             member_baseline = torch.tensor(
                 [ema.value(scored.episode.game, agent) for scored, agent in members], dtype=torch.float64
             )
-        advantages = group_advantages(
+        outcome, process = advantage_terms(
             returns,
             torch.tensor([index for index, _, _ in turns], dtype=torch.long),
             scores,
             comparable,
-            config.mode,
-            config.lam,
             config.eps,
             member_baseline,
         )
+        advantages = advantage_estimator(config.mode)(outcome, process, config.lam)
+        outcome_terms.extend(outcome[comparable].tolist())
+        process_terms.extend(process[comparable].tolist())
         singleton += int(len(members) == 1)
         zero_spread += int(len(members) > 1 and bool(torch.all(returns == returns[0])))
         zero_process += int(bool(comparable.any()) and bool(torch.all(scores[comparable] == scores[comparable][0])))
@@ -236,5 +266,6 @@ def compute_advantages(
         dropped_groups=dropped,
         turns=total_turns,
         comparable_turns=comparable_turns,
+        process_outcome_corr=correlation(outcome_terms, process_terms),
     )
     return samples, stats

@@ -103,6 +103,7 @@ def advantage_metrics(stats: AdvantageStats) -> dict[str, float]:
         "groups/zero_spread_frac": stats.zero_spread_groups / stats.groups if stats.groups else 0.0,
         "groups/zero_signal_frac": stats.zero_signal_groups / stats.groups if stats.groups else 0.0,
         "groups/dropped": float(stats.dropped_groups),
+        "adv/process_outcome_corr": stats.process_outcome_corr,
     }
 
 

@@ -89,6 +89,34 @@ def test_unscored_turns_count_as_not_comparable() -> None:
     samples, stats = compute_advantages([scored(a, {}), scored(b, {})], AdvantageConfig(mode="hybrid", eps=0.0))
     assert _by_key(samples) == {("a", 0): 1.0, ("b", 0): -1.0}
     assert stats.comparable_turns == 0
+    assert stats.process_outcome_corr is None  # nothing to correlate
+
+
+def test_the_process_and_outcome_terms_correlation_over_comparable_turns() -> None:
+    """Returns 1, 0, -1 and scores 0.9, 0.5, 0.4 (a fourth turn unscored, left out): deviations (1, 0, -1) and
+    (0.3, -0.1, -0.2), so r = 0.5 / (sqrt(2) * sqrt(0.14)) = 0.944911 by hand; normalising either term changes
+    nothing. A second group with the scores reversed against its returns adds -1-correlated pairs."""
+    group = [
+        scored(episode(f"e{i}", "g", [turn("player_0", 0)], {"player_0": r, "player_1": -r}), {0: s})
+        for i, (r, s) in enumerate([(1.0, 0.9), (0.0, 0.5), (-1.0, 0.4)])
+    ]
+    unscored = scored(episode("e3", "g", [turn("player_0", 0)], {"player_0": 0.0, "player_1": 0.0}), {})
+    _, stats = compute_advantages([*group, unscored], AdvantageConfig(mode="hybrid", eps=0.0))
+    # The unscored turn's episode counts in the outcome normalisation (returns 1, 0, -1, 0), not in the pairs.
+    assert stats.process_outcome_corr == pytest.approx(0.5 / (2**0.5 * 0.14**0.5), abs=1e-9)
+    against = [
+        scored(episode(f"f{i}", "h", [turn("player_0", 0)], {"player_0": r, "player_1": -r}), {0: s})
+        for i, (r, s) in enumerate([(1.0, 0.1), (-1.0, 0.9)])
+    ]
+    _, both = compute_advantages([*group, *against], AdvantageConfig(mode="hybrid", eps=0.0))
+    # Pairs (outcome, process): (1.2247, 1.3887), (0, -0.4629), (-1.2247, -0.9258), (1, -1), (-1, 1).
+    x = [1.5**0.5, 0.0, -(1.5**0.5), 1.0, -1.0]
+    spread = (0.14 / 3) ** 0.5  # the population std of 0.9, 0.5, 0.4
+    y = [0.3 / spread, -0.1 / spread, -0.2 / spread, -1.0, 1.0]
+    mx, my = sum(x) / 5, sum(y) / 5
+    cov = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
+    r = cov / (sum((a - mx) ** 2 for a in x) * sum((b - my) ** 2 for b in y)) ** 0.5
+    assert both.process_outcome_corr == pytest.approx(r, abs=1e-9)
 
 
 def _self_play_group() -> list:
