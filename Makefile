@@ -15,7 +15,7 @@ BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(STRAT_EXTRA)
 PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 
-.PHONY: install test test-faults train check bench docs clean-venv
+.PHONY: install test test-faults train check bench bench-trl-env docs clean-venv
 
 install: $(STAMP)
 
@@ -51,6 +51,11 @@ docs: install
 BENCH_ARGS  ?=
 bench: install
 	$(BIN)/strat bench --config $(CONFIG) $(BENCH_ARGS)
+
+# Stock TRL in its own venv, bench/.venv-trl, for bench/trl_compare.py (Strat against TRL's GRPOTrainer on the same
+# work; docs/performance.md). Not a dependency of Strat; no vLLM.
+bench-trl-env:
+	TORCH_INDEX=$(TORCH_INDEX) bash bench/trl_env.sh
 
 # Each `make train` is a new run directory, runs/kuhn_poker_tiny-<time>.
 RUN_NAME    ?= $(basename $(notdir $(CONFIG)))-$(shell date +%Y%m%d-%H%M%S)
