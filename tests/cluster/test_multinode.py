@@ -190,6 +190,30 @@ def _placed(cluster: Cluster, run: Run) -> dict[str, str]:
     return {next(iter(classes)): name for name, classes in where.items()}
 
 
+def _lose_node_and_stop(cluster: Cluster, run: Run, role: str, steps: int,
+                        check: Callable[[], None] | None = None) -> tuple[str, int]:
+    """Kill the node of the run's `role` actor once step 1 is logged; checks that the run then stops with exit
+    status 1, no traceback, and a checkpoint for every logged step (checkpoint_every=1). Returns the run's log and
+    its last complete checkpoint's step."""
+    try:
+        nodes = _placed(cluster, run)
+        if check is not None:
+            check()
+        _until(lambda: len(run.steps()) >= 1, "step 1 logged", process=run.process, log=run.log)
+        assert len(run.steps()) < steps, "the run ended before its node could be lost; it needs more steps"
+        cluster.kill(nodes[role])
+        code = run.wait()
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()
+    text = run.log.read_text()
+    last = checkpoint.latest(run.run_dir).step
+    assert code == 1, text[-3000:]
+    assert run.steps() == list(range(1, last + 1)), "every logged step has its checkpoint (checkpoint_every=1)"
+    assert "Traceback" not in text
+    return text, last
+
+
 @pytest.mark.parametrize("sync", ["directory", "collective"])
 def test_actors_span_nodes_and_a_lost_agent_node_is_replaced(cluster: Cluster, tmp_path: Path, tiny_model_dir: Path,
                                                              sync: str) -> None:
@@ -235,22 +259,10 @@ def test_a_lost_learner_node_stops_the_run_naming_its_checkpoint(cluster: Cluste
                                                                   tiny_model_dir: Path) -> None:
     steps = 4
     run = _train(cluster, tmp_path, tiny_model_dir, f"schedule.steps={steps}", "schedule.checkpoint_every=1")
-    try:
-        nodes = _placed(cluster, run)
-        _until(lambda: len(run.steps()) >= 1, "step 1 logged", process=run.process, log=run.log)
-        assert len(run.steps()) < steps, "the run ended before its node could be lost; it needs more steps"
-        cluster.kill(nodes["Learner"])
-        code = run.wait()
-    finally:
-        if run.process.poll() is None:
-            run.process.kill()
-    text = run.log.read_text()
-    last = checkpoint.latest(run.run_dir).step
-    assert code == 1, text[-3000:]
-    assert run.steps() == list(range(1, last + 1)), "every logged step has its checkpoint (checkpoint_every=1)"
+    text, last = _lose_node_and_stop(cluster, run, "Learner", steps)
     assert (f"strat: run stopped: the learner actor died at step {last + 1}; the last complete checkpoint is step "
             f"{last}: continue with strat train --resume {run.run_dir}") in text, text[-3000:]
-    assert "Traceback" not in text
+
 
 
 def test_a_lost_agent_node_without_spare_capacity_stops_the_run_naming_its_checkpoint(
@@ -260,21 +272,11 @@ def test_a_lost_agent_node_without_spare_capacity_stops_the_run_naming_its_check
     steps, timeout_s = 16, 60
     run = _train(cluster, tmp_path, tiny_model_dir, f"schedule.steps={steps}", "schedule.checkpoint_every=1",
                  f"resources.actor_start_timeout_s={timeout_s}")
-    try:
-        nodes = _placed(cluster, run)
+
+    def no_spare() -> None:
         assert len(cluster.gpu_nodes) == 2, "a spare GPU node would take the agent"
-        _until(lambda: len(run.steps()) >= 1, "step 1 logged", process=run.process, log=run.log)
-        assert len(run.steps()) < steps, "the run ended before its node could be lost; it needs more steps"
-        cluster.kill(nodes["AgentActor"])
-        code = run.wait()
-    finally:
-        if run.process.poll() is None:
-            run.process.kill()
-    text = run.log.read_text()
-    last = checkpoint.latest(run.run_dir).step
-    assert code == 1, text[-3000:]
-    assert run.steps() == list(range(1, last + 1)), "every logged step has its checkpoint (checkpoint_every=1)"
+
+    text, last = _lose_node_and_stop(cluster, run, "AgentActor", steps, no_spare)
     assert (f"restarted actor(s) did not start within {timeout_s} s (resources.actor_start_timeout_s; the cluster "
             "has") in text, text[-3000:]
     assert f"the last complete checkpoint is step {last}: continue with strat train --resume {run.run_dir}" in text
-    assert "Traceback" not in text
