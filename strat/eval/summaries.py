@@ -47,7 +47,7 @@ class Figure:
     high: float | None = None
 
     def text(self, percent: bool = False, signed: bool = False) -> str:
-        scale, sign = (100.0, "") if percent else (1.0, "+" if signed else "")
+        scale, sign = (100.0 if percent else 1.0), ("+" if signed else "")
 
         def number(x: float) -> str:
             return f"{scale * x:{sign}.1f}" if percent else f"{x:{sign}.3f}"
@@ -350,8 +350,8 @@ def _game_summary(label: str, runs: Sequence[RunSummary], reference: Reference |
     """Gain against the heuristic player in win-rate points, and the normalised returns, over seeds."""
     if not all("heuristic" in r.before.win_rate_vs and "heuristic" in r.after.win_rate_vs for r in runs):
         return ["No summary row: the heuristic opponent was not played at both evaluations.", ""]
-    gains = [100 * (r.after.win_rate_vs["heuristic"].value - r.before.win_rate_vs["heuristic"].value) for r in runs]
-    row = [label, str(len(runs)), _mean_interval(gains).text(signed=True)]
+    gains = [r.after.win_rate_vs["heuristic"].value - r.before.win_rate_vs["heuristic"].value for r in runs]
+    row = [label, str(len(runs)), _mean_interval(gains).text(percent=True, signed=True)]
     if reference is not None:
         for ev in ("before", "after"):
             values = [normalised_return(getattr(r, ev).return_vs["heuristic"].value, reference) for r in runs]
