@@ -290,6 +290,15 @@ def _run_config(
         game_tree["name"] = game
     if game_options:
         game_tree["options"] = {**(game_tree.get("options") or {}), **game_options}
+    if saved is None and game_tree.get("name"):
+        # A bare model (a Hub name, a model directory) carries no training settings; the default format penalty is
+        # Kuhn poker's and would be refused for a game with larger losses: one below the game's worst legal return.
+        try:
+            worst = games.spec(game_tree["name"], **(game_tree.get("options") or {})).return_range[0]
+        except (TypeError, ValueError):  # bad options: the config's validation names them below
+            worst = None
+        if worst is not None:
+            tree.setdefault("algorithm", {}).setdefault("format_penalty", worst - 1.0)
     reasoning = tree.setdefault("reasoning", {})
     for key, value in dataclasses.asdict(overrides).items():
         if value is not None:

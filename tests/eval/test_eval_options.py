@@ -139,3 +139,14 @@ def test_the_options_parse_on_the_command_line(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "eval.json").read_text())
     assert data["game_options"] == {"players": 3} and len(data["matches"][0]["seat_returns"]) == 3
     assert CliRunner().invoke(app, [*args[:-2], "--depth", "3"]).exit_code == 2, "depth is 0, 1 or 2"
+
+
+@pytest.mark.parametrize(("game", "penalty"), [("kuhn_poker", -3.0), ("leduc_poker", -14.0)])
+def test_a_bare_model_gets_a_format_penalty_valid_for_its_game(tiny_model_dir: Path, game: str, penalty: float) -> None:
+    """A model directory (or Hub name) has no run config: its penalty is one below the game's worst legal return
+    (Kuhn -2, Leduc -13), not Kuhn's default, which Leduc's config check refuses."""
+    policy = load_policy(str(tiny_model_dir), game, backend="hf")
+    try:
+        assert isinstance(policy, LLMPolicy) and policy.info.format_penalty == penalty
+    finally:
+        policy.close()
