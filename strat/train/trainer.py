@@ -97,7 +97,7 @@ def episode_metrics(scored: list[ScoredEpisode]) -> dict[str, float]:
     }
 
 
-def advantage_metrics(stats: AdvantageStats) -> dict[str, float]:
+def advantage_metrics(stats: AdvantageStats) -> dict[str, float | None]:
     return {
         "groups/count": float(stats.groups),
         "groups/zero_spread_frac": stats.zero_spread_groups / stats.groups if stats.groups else 0.0,
