@@ -242,13 +242,24 @@ def _agreement_pair(episode: Episode, turn: Turn, following: Turn | None) -> Agr
     )
 
 
+def forced(following: Turn | None) -> bool:
+    """Whether the move `<predict>` is about was forced: the ego's move ended the game ("none" followed), or the
+    next opponent had one legal action. Predicting either needs the rules only, not a model of the opponent."""
+    return following is None or following.choices == 1
+
+
 def score_episodes(
-    episodes: Sequence[Episode], weights: ComparisonWeights, agreement: AgreementScorer = token_f1_scorer
+    episodes: Sequence[Episode],
+    weights: ComparisonWeights,
+    agreement: AgreementScorer = token_f1_scorer,
+    skip_forced: bool = False,
 ) -> list[ScoredEpisode]:
     """Score every ego turn of `episodes` that has a parsed response; agreement pairs go to `agreement` in one batch.
 
     Components follow the depth each turn was asked for: depth 0 has none, depth 1 has prediction and belief,
-    depth 2 adds agreement. A missing section where one was asked for scores 0.
+    depth 2 adds agreement. A missing section where one was asked for scores 0. With `skip_forced`, a prediction
+    of a forced move (see `forced`) is not compared: otherwise a policy earns prediction score by choosing moves that
+    leave the opponent no choice (Liar's dice's highest bid, after which "liar" is the only move).
     """
     components: list[tuple[Episode, Turn, float | None, float | None, AgreementPair | None]] = []
     for episode in episodes:
@@ -259,8 +270,9 @@ def score_episodes(
             following = _next_other(episode, turn)
             predict = belief = pair = None
             if depth >= 1:
-                actual = following.action_name if following is not None else "none"
-                predict = prediction_accuracy(turn.response.sections.predict, actual)
+                if not (skip_forced and forced(following)):
+                    actual = following.action_name if following is not None else "none"
+                    predict = prediction_accuracy(turn.response.sections.predict, actual)
                 belief = _belief(episode, turn)
             if depth >= 2:
                 pair = _agreement_pair(episode, turn, following)

@@ -41,6 +41,8 @@ class Turn:
     """Position of this decision in the episode's sequence of decisions (all agents), from 0."""
     action: int
     action_name: str
+    choices: int = 0
+    """How many legal actions the player had at this decision; 0 where it was not recorded (older ledgers)."""
     valid: bool = True
     """False when the response gave no legal action and the fallback was played."""
     fallback_used: bool = False

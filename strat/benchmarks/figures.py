@@ -466,7 +466,7 @@ def learner_efficiency(ctx: BenchContext, episodes: Sequence[Any]) -> LearnerEff
     # The advantages only feed the learner's timing: token-F1 agreement stands in for a judge or an embedding
     # model, which this in-process figure does not start.
     scored = score_episodes(list(episodes), ComparisonWeights(weights.predict, weights.belief, weights.agreement),
-                            agreement_scorer("token_f1"))
+                            agreement_scorer("token_f1"), config.comparison.skip_forced)
     baseline = RoleBaseline(config.algorithm.ema_decay) if config.algorithm.baseline == "ema" else None
     samples, _ = compute_advantages(scored, advantage_config(config), baseline)
     samples = [s for s in samples if s.response_token_ids]

@@ -25,9 +25,14 @@ class Comparator:
     """Scores finished episodes turn by turn, in one batch per call; owns the judge's engine or the embedder."""
 
     def __init__(
-        self, weights: ComparisonWeights, settings: AgreementSettings = AgreementSettings(), agents: Sequence[Any] = ()
+        self,
+        weights: ComparisonWeights,
+        settings: AgreementSettings = AgreementSettings(),
+        agents: Sequence[Any] = (),
+        skip_forced: bool = False,
     ) -> None:
         self.weights = weights
+        self.skip_forced = skip_forced
         self.agents = list(agents)
         self.engine: Engine | None = None
         self.agreement = self._scorer(settings)
@@ -69,7 +74,7 @@ class Comparator:
         self.agents = list(agents)
 
     def score(self, episodes: list[Episode]) -> list[ScoredEpisode]:
-        return score_episodes(episodes, self.weights, self.agreement)
+        return score_episodes(episodes, self.weights, self.agreement, self.skip_forced)
 
 
 # The actor the trainer starts; `Comparator` is the same class in-process.

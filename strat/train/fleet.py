@@ -112,7 +112,7 @@ class Fleet:
         self.comparator = CoTComparator.options(
             num_cpus=res.cpus_comparator, num_gpus=res.gpus_comparator, **self._placed("comparator")
         ).remote(ComparisonWeights(weights.predict, weights.belief, weights.agreement), agreement_settings(config),
-                 self.judges())
+                 self.judges(), config.comparison.skip_forced)
         # One handle for all learner ranks (data-parallel FSDP2 when there are several).
         self.learner = LearnerGroup.start(
             self.model_path, learner_settings(config), res.learner_world_size,

@@ -283,6 +283,7 @@ def llm_turns(player: LLMPlayer, batch: Sequence[LiveGame], seed: int, observe: 
                 turn_index=len(game.turns),
                 action=decision.action,
                 action_name=decision.action_name,
+                choices=len(env.legal_actions(agent)),
                 valid=decision.valid,
                 fallback_used=decision.fallback_used,
                 penalty=penalty,
@@ -318,6 +319,7 @@ def _play_scripted(game: LiveGame, observe: bool) -> None:
                 turn_index=len(game.turns),
                 action=action,
                 action_name=env.action_name(action, agent),
+                choices=len(env.legal_actions(agent)),
                 prompt_text=observation,
             )
         )

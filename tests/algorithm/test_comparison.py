@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
+
+import games
 
 from games.bargaining import item_values
 from games.cards import card_values
@@ -24,7 +27,7 @@ from strat.algorithm.comparison import (
     score_episodes,
     token_f1,
 )
-from strat.algorithm.records import NO_SCORE, Sections
+from strat.algorithm.records import NO_SCORE, Episode, Sections
 
 from .helpers import episode, kuhn_self_play, turn
 
@@ -244,3 +247,51 @@ def test_dice_and_item_extractors() -> None:
     assert belief_accuracy(
         "belief: a book 6, a hat 2, a ball 1", {"player_1": "book 6 hat 1 ball 1"}, item_values
     ) == pytest.approx(2 / 3)
+
+
+def _liars_dice_highest_bid() -> Episode:
+    """Player 0 makes Liar's dice's highest bid and predicts "liar"; player 1, left one legal move, calls it and
+    predicts "none". The number of choices comes from the game itself."""
+    env = games.make("liars_dice")
+    env.reset(seed=0)
+    first_choices = len(env.legal_actions())
+    highest = env.action_from_name("bid 2 sixes")
+    assert highest is not None
+    env.step(highest)
+    assert env.legal_action_names() == ["liar"]
+    bid = Sections(past="No moves yet.", their_view="they must call", plan="bid high", predict="liar",
+                   action="bid 2 sixes")
+    call = Sections(past="they bid 2 sixes\nbelief: 6", their_view="none", plan="call", predict="none", action="liar")
+    turns = [
+        replace(turn("player_0", 0, sections=bid), action_name="bid 2 sixes", choices=first_choices),
+        replace(turn("player_1", 1, sections=call), action_name="liar", choices=1),
+    ]
+    return episode("d", "g", turns, {"player_0": -1.0, "player_1": 1.0}, ego=("player_0", "player_1"),
+                   game="liars_dice", private_info={"player_0": "3", "player_1": "6"})
+
+
+def test_forced_predictions_are_scored_unless_skipped() -> None:
+    ep = _liars_dice_highest_bid()
+    assert ep.turns[0].choices > 1
+    [kept] = score_episodes([ep], ComparisonWeights(agreement=0.0))
+    assert [s.predict for s in kept.scores] == [1.0, 1.0]
+    [skipped] = score_episodes([ep], ComparisonWeights(agreement=0.0), skip_forced=True)
+    # The bid left one legal reply and the call ended the game: neither prediction needed a model of the opponent.
+    assert [s.predict for s in skipped.scores] == [None, None]
+    # Player 0 has nothing else to compare (no opponent has acted yet); player 1 keeps its belief score (a 6: wrong).
+    assert [s.comparable for s in skipped.scores] == [False, True]
+    assert skipped.scores[1].belief == 0.0 and skipped.scores[1].score == 0.0
+
+
+def test_a_prediction_of_a_real_choice_is_scored_when_forced_ones_are_skipped() -> None:
+    ep = kuhn_self_play()
+    ep = replace(ep, turns=tuple(replace(t, choices=2) for t in ep.turns))
+    [plain] = score_episodes([ep], ComparisonWeights())
+    [skipped] = score_episodes([ep], ComparisonWeights(), skip_forced=True)
+    # Player 0's prediction is about player 1's choice of two moves: scored either way; player 1's "none" is not.
+    assert skipped.scores[0].predict == plain.scores[0].predict is not None
+    assert plain.scores[1].predict is not None and skipped.scores[1].predict is None
+    # A ledger written before `choices` was recorded (0) reads as a choice, as it was scored then.
+    old = replace(ep, turns=tuple(replace(t, choices=0) for t in ep.turns))
+    [old_scored] = score_episodes([old], ComparisonWeights(), skip_forced=True)
+    assert old_scored.scores[0].predict == plain.scores[0].predict

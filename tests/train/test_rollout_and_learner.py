@@ -55,6 +55,7 @@ def test_turn_records_and_penalties(engine) -> None:
         assert len(episode.ego_agents) == 1
         ego = episode.ego_agents[0]
         for turn in episode.turns:
+            assert turn.choices == 2  # Kuhn poker: pass or bet at every decision, for the LLM and the scripted seat
             if turn.agent == ego:
                 assert turn.response is not None
                 assert len(turn.response_token_ids) == len(turn.behaviour_logprobs) > 0
