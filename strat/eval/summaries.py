@@ -343,7 +343,55 @@ def games_section(summaries: Sequence[RunSummary], references: dict[str, Referen
                          + (f", {run.tokens_per_step:.0f} generated tokens per step" if run.tokens_per_step else "")
                          + ")")
         lines.append("")
+    lines += _across_games(by_game, references)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _normalised_gains(runs: Sequence[RunSummary], reference: Reference | None) -> list[float] | None:
+    """Per run, the trained policy's normalised return against the heuristic player minus the warm start's; None
+    where a run lacks the figure or the game has no reference."""
+    if reference is None:
+        return None
+    gains = []
+    for run in runs:
+        before, after = run.before.return_vs.get("heuristic"), run.after.return_vs.get("heuristic")
+        if before is None or after is None:
+            return None
+        low, high = normalised_return(before.value, reference), normalised_return(after.value, reference)
+        if low is None or high is None:
+            return None
+        gains.append(high - low)
+    return gains
+
+
+def _across_games(by_game: dict[str, list[RunSummary]], references: dict[str, Reference]) -> list[str]:
+    """The average over games (each game weighs the same, whatever its seeds) of the gain in normalised return
+    against the heuristic player: Strat's counterpart of the paper's average gain over the base model."""
+    per_game = {label: _normalised_gains(runs, references.get(label)) for label, runs in by_game.items()}
+    counted = {label: gains for label, gains in per_game.items() if gains}
+    if not counted:
+        return []
+    lines = ["### All games", "",
+             "| game | seeds | normalised return gain vs heuristic (trained - warm start) |", "|---|---|---|"]
+    figures = {label: _mean_interval(gains) for label, gains in counted.items()}
+    for label, figure in figures.items():
+        lines.append(f"| {label} | {len(counted[label])} | {figure.text(signed=True)} |")
+    means = [figure.value for figure in figures.values()]
+    average = sum(means) / len(means)
+    halves = [None if f.high is None else f.high - f.value for f in figures.values()]
+    if None in halves:
+        overall = Figure(average)
+        why = " (no interval: a game with one seed has none)"
+    else:
+        # Games are independent runs: the half-widths of their means add in quadrature, divided by the game count.
+        half = math.sqrt(sum(h * h for h in halves if h is not None)) / len(means)
+        overall, why = Figure(average, average - half, average + half), ""
+    lines.append(f"| **average over {len(means)} game{'s' if len(means) > 1 else ''}** | {sum(len(g) for g in counted.values())} |"
+                 f" **{overall.text(signed=True)}**{why} |")
+    left_out = sorted(set(per_game) - set(counted))
+    lines += ["", "A gain of +0.10 is a tenth of the way from random play to the heuristic player's own against it."
+              + (f" Left out (no heuristic reference or evaluation): {', '.join(left_out)}." if left_out else ""), ""]
+    return lines
 
 
 def _game_summary(label: str, runs: Sequence[RunSummary], reference: Reference | None) -> list[str]:

@@ -3,6 +3,7 @@ and docs/results.md's generated section is rewritten from such files without tou
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -111,6 +112,37 @@ def test_the_games_section_and_its_summary_row(tmp_path: Path) -> None:
     # Every seed starts at -1.0 and ends at +0.2 against the heuristic player: normalised 0.5 and 1.1, no spread.
     assert "| leduc_poker | 3 | +20.0 [-4.8, +44.8] | 0.500 [0.500, 0.500] | 1.100 [1.100, 1.100] |" in text
     assert "`strat train configs/leduc_poker_tiny.yaml run.seed=1`" in text and ", 1.5 min, 600 generated" in text
+
+
+def test_the_average_over_games_weighs_each_game_once(tmp_path: Path) -> None:
+    """Leduc: three seeds, each from -1.0 to +0.2 against the heuristic player (normalised 0.5 -> 1.1, gain 0.6, no
+    spread). A second game, two seeds (reference: random -1, heuristic 0, so normalised = R + 1): -1.0 -> -0.8 and
+    -1.0 -> -0.6, gains 0.2 and 0.4, mean 0.3 +- 12.706 * 0.1414 / sqrt(2) = 0.3 +- 1.2706. The average of the two
+    games' means is 0.45 (not the five runs' 0.44), half-width sqrt(0 + 1.2706^2) / 2 = 0.6353."""
+    folder = tmp_path / "results"
+    for seed, win in ((0, 0.5), (1, 0.6), (2, 0.4)):
+        write_summary(summarize_run(_run_dir(tmp_path, seed, win), "games"), folder / f"leduc-seed{seed}.json")
+    leduc = load_summaries(folder)
+    dice = [
+        dataclasses.replace(
+            leduc[seed], game="liars_dice",
+            before=dataclasses.replace(leduc[seed].before, return_vs={"heuristic": Figure(-1.0)}),
+            after=dataclasses.replace(leduc[seed].after, return_vs={"heuristic": Figure(after)}),
+        )
+        for seed, after in ((0, -0.8), (1, -0.6))
+    ]
+    references = {"leduc_poker": Reference("heuristic", random=-2.0, heuristic=0.0),
+                  "liars_dice": Reference("heuristic", random=-1.0, heuristic=0.0)}
+    text = games_section([*leduc, *dice], references)
+    assert "| leduc_poker | 3 | +0.600 [+0.600, +0.600] |" in text
+    assert "| liars_dice | 2 | +0.300 [-0.971, +1.571] |" in text
+    assert "| **average over 2 games** | 5 | **+0.450 [-0.185, +1.085]** |" in text
+    # One seed has no interval, so neither has the average; a game without a reference is left out and named.
+    text = games_section([*leduc, dice[0]], {**references, "leduc_poker": references["leduc_poker"]})
+    assert "| **average over 2 games** | 4 | **+0.400** (no interval: a game with one seed has none) |" in text
+    text = games_section([*leduc, *dice], {"leduc_poker": references["leduc_poker"]})
+    assert "| **average over 1 game** | 3 | **+0.600 [+0.600, +0.600]** |" in text
+    assert "Left out (no heuristic reference or evaluation): liars_dice." in text
 
 
 def test_the_generated_section_replaces_only_itself(tmp_path: Path) -> None:
