@@ -8,7 +8,6 @@ from dataclasses import replace
 import pytest
 
 import games
-
 from games.bargaining import item_values
 from games.cards import card_values
 from games.liars_dice import dice_values
@@ -132,7 +131,7 @@ def test_judge_scorer_batches_and_parses() -> None:
 def test_agreement_scorer_choice() -> None:
     pair = [AgreementPair("e", 0, "g", "a b", "a b")]
     assert agreement_scorer("token_f1")(pair) == [1.0]
-    embed = lambda texts: [[1.0, float(len(text))] for text in texts]  # noqa: E731
+    embed = lambda texts: [[1.0, float(len(text))] for text in texts]
     assert agreement_scorer("embedding", embed=embed)(pair) == [pytest.approx(1.0)]
     with pytest.raises(ValueError, match="embed"):
         agreement_scorer("embedding")
