@@ -257,11 +257,15 @@ def score_episodes(
     """Score every ego turn of `episodes` that has a parsed response; agreement pairs go to `agreement` in one batch.
 
     Components follow the depth each turn was asked for: depth 0 has none, depth 1 has prediction and belief,
-    depth 2 adds agreement. A missing section where one was asked for scores 0. With `skip_forced`, a prediction
-    of a forced move (see `forced`) is not compared: otherwise a policy earns prediction score by choosing moves that
-    leave the opponent no choice (Liar's dice's highest bid, after which "liar" is the only move).
+    depth 2 adds agreement. A missing section where one was asked for scores 0.
+
+    With `skip_forced`, a turn whose prediction is about a forced move (see `forced`) gets no process score at all:
+    its prediction is not compared, and the turn is left out of the process statistics (its components other than
+    the prediction are still reported). Scoring the prediction pays a policy for moves that leave the opponent no
+    choice (Liar's dice's highest bid, after which "liar" is the only move); dropping only the prediction from the
+    turn's mean would pay them too, wherever the remaining components average higher than the prediction does.
     """
-    components: list[tuple[Episode, Turn, float | None, float | None, AgreementPair | None]] = []
+    components: list[tuple[Episode, Turn, float | None, float | None, AgreementPair | None, bool]] = []
     for episode in episodes:
         for turn in episode.turns:
             if turn.agent not in episode.ego_agents or turn.response is None:
@@ -269,23 +273,24 @@ def score_episodes(
             depth = turn.response.depth
             following = _next_other(episode, turn)
             predict = belief = pair = None
+            neutral = skip_forced and depth >= 1 and forced(following)
             if depth >= 1:
-                if not (skip_forced and forced(following)):
+                if not neutral:
                     actual = following.action_name if following is not None else "none"
                     predict = prediction_accuracy(turn.response.sections.predict, actual)
                 belief = _belief(episode, turn)
             if depth >= 2:
                 pair = _agreement_pair(episode, turn, following)
-            components.append((episode, turn, predict, belief, pair))
-    pairs = [pair for *_, pair in components if pair is not None]
+            components.append((episode, turn, predict, belief, pair, neutral))
+    pairs = [pair for *_, pair, _ in components if pair is not None]
     scored_pairs = agreement(pairs) if pairs else []
     if len(scored_pairs) != len(pairs):
         raise ValueError(f"the agreement scorer returned {len(scored_pairs)} scores for {len(pairs)} pairs")
     pair_scores = iter(scored_pairs)
     by_episode: dict[str, list[TurnScore]] = {episode.episode_id: [] for episode in episodes}
-    for episode, turn, predict, belief, pair in components:
+    for episode, turn, predict, belief, pair, neutral in components:
         agree = next(pair_scores) if pair is not None else None
-        score, comparable = combine(predict, belief, agree, weights)
+        score, comparable = (NO_SCORE, False) if neutral else combine(predict, belief, agree, weights)
         by_episode[episode.episode_id].append(
             TurnScore(turn.agent, turn.turn_index, predict, belief, agree, score, comparable)
         )

@@ -274,12 +274,14 @@ def test_forced_predictions_are_scored_unless_skipped() -> None:
     assert ep.turns[0].choices > 1
     [kept] = score_episodes([ep], ComparisonWeights(agreement=0.0))
     assert [s.predict for s in kept.scores] == [1.0, 1.0]
-    [skipped] = score_episodes([ep], ComparisonWeights(agreement=0.0), skip_forced=True)
-    # The bid left one legal reply and the call ended the game: neither prediction needed a model of the opponent.
+    [skipped] = score_episodes([ep], ComparisonWeights(), skip_forced=True)
+    # The bid left one legal reply and the call ended the game: neither prediction needed a model of the opponent,
+    # and neither turn gets a process score, though player 0's agreement and player 1's belief (a 6: wrong) are
+    # still reported.
     assert [s.predict for s in skipped.scores] == [None, None]
-    # Player 0 has nothing else to compare (no opponent has acted yet); player 1 keeps its belief score (a 6: wrong).
-    assert [s.comparable for s in skipped.scores] == [False, True]
-    assert skipped.scores[1].belief == 0.0 and skipped.scores[1].score == 0.0
+    assert [s.comparable for s in skipped.scores] == [False, False]
+    assert [s.score for s in skipped.scores] == [NO_SCORE, NO_SCORE]
+    assert skipped.scores[0].agreement is not None and skipped.scores[1].belief == 0.0
 
 
 def test_a_prediction_of_a_real_choice_is_scored_when_forced_ones_are_skipped() -> None:
@@ -288,8 +290,8 @@ def test_a_prediction_of_a_real_choice_is_scored_when_forced_ones_are_skipped() 
     [plain] = score_episodes([ep], ComparisonWeights())
     [skipped] = score_episodes([ep], ComparisonWeights(), skip_forced=True)
     # Player 0's prediction is about player 1's choice of two moves: scored either way; player 1's "none" is not.
-    assert skipped.scores[0].predict == plain.scores[0].predict is not None
-    assert plain.scores[1].predict is not None and skipped.scores[1].predict is None
+    assert skipped.scores[0] == plain.scores[0] and plain.scores[0].predict is not None
+    assert plain.scores[1].comparable and not skipped.scores[1].comparable and skipped.scores[1].predict is None
     # A ledger written before `choices` was recorded (0) reads as a choice, as it was scored then.
     old = replace(ep, turns=tuple(replace(t, choices=0) for t in ep.turns))
     [old_scored] = score_episodes([old], ComparisonWeights(), skip_forced=True)
