@@ -1,3 +1,4 @@
+# Over 500 lines: the summary format and both generated sections of docs/results.md (games, ablation) read one record.
 """Committed run summaries and the results tables made from them.
 
 A finished run is summarised into a small JSON file under `docs/results/<section>/` (the command that trained it,
