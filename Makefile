@@ -34,8 +34,8 @@ test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The slow fault-injection tests (killed actors, SIGTERM/SIGKILL and resume) and the long
-# trainer-level loops (weight sync, multi-node, per-game two-step runs, card learning); 12 min in the CI run of
-# 2026-12-01 (before the card-learning and no-spare-node tests, ~6 min more); .ci/run runs it after make test.
+# trainer-level loops (weight sync, multi-node, per-game two-step runs, card learning); 12 min in a CI run of
+# 2026-12-01 before the card-learning (~4 min) and no-spare-node (~2 min) tests; .ci/run runs it after make test.
 test-faults: install
 	$(BIN)/python -m pytest -m "faults or long" tests $(PYTEST_ARGS)
 
