@@ -377,18 +377,16 @@ def _across_games(by_game: dict[str, list[RunSummary]], references: dict[str, Re
     figures = {label: _mean_interval(gains) for label, gains in counted.items()}
     for label, figure in figures.items():
         lines.append(f"| {label} | {len(counted[label])} | {figure.text(signed=True)} |")
-    means = [figure.value for figure in figures.values()]
-    average = sum(means) / len(means)
-    halves = [None if f.high is None else f.high - f.value for f in figures.values()]
-    if None in halves:
-        overall = Figure(average)
-        why = " (no interval: a game with one seed has none)"
+    n = len(figures)
+    average = sum(figure.value for figure in figures.values()) / n
+    if any(figure.high is None for figure in figures.values()):
+        overall, why = Figure(average), " (no interval: a game with one seed has none)"
     else:
         # Games are independent runs: the half-widths of their means add in quadrature, divided by the game count.
-        half = math.sqrt(sum(h * h for h in halves if h is not None)) / len(means)
+        half = math.sqrt(sum((f.high - f.value) ** 2 for f in figures.values() if f.high is not None)) / n
         overall, why = Figure(average, average - half, average + half), ""
-    lines.append(f"| **average over {len(means)} game{'s' if len(means) > 1 else ''}** | {sum(len(g) for g in counted.values())} |"
-                 f" **{overall.text(signed=True)}**{why} |")
+    seeds = sum(len(gains) for gains in counted.values())
+    lines.append(f"| **average over {n} game{'s' if n > 1 else ''}** | {seeds} | **{overall.text(signed=True)}**{why} |")
     left_out = sorted(set(per_game) - set(counted))
     lines += ["", "A gain of +0.10 is a tenth of the way from random play to the heuristic player's own against it."
               + (f" Left out (no heuristic reference or evaluation): {', '.join(left_out)}." if left_out else ""), ""]
