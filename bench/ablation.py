@@ -7,7 +7,8 @@ equal budget, and each finished run is summarised into docs/results/ablation/ fo
     strat results table        # docs/results.md's ablation section from the summaries
 
 Arms (ARMS below): `hybrid`, the reference every other arm is paired with (the config's own settings, with the hybrid
-advantage); `outcome`, `process` and `hybrid-lam0.25` (advantage); `depth0`, `depth1`, `depth2` (reasoning depth;
+advantage); `outcome`, `process`, `hybrid-lam0.25` and `skip-forced` (advantage; the last is hybrid with no process
+score for a turn that predicts a forced move, `comparison.skip_forced`); `depth0`, `depth1`, `depth2` (reasoning depth;
 at depth 0 no section can be compared, so the process term is 0 and the hybrid advantage is the outcome's);
 `clipped` and `fiberpo` (policy loss); `dph-js` and `dph-fkl` (DPH-RL's divergence to the initial policy). Each group
 also runs `hybrid`. An arm with the same resolved config as one listed before it (on the default config `depth2` and
@@ -69,6 +70,7 @@ ARMS: tuple[Arm, ...] = (
     Arm("outcome", ("algorithm.advantage_mode=outcome",), seeds=(0, 1, 2, 3, 4)),
     Arm("process", ("algorithm.advantage_mode=process",)),
     Arm("hybrid-lam0.25", (HYBRID, "algorithm.lam=0.25")),
+    Arm("skip-forced", (HYBRID, "comparison.skip_forced=true")),
     Arm("depth0", (HYBRID, "reasoning.depth=0")),
     Arm("depth1", (HYBRID, "reasoning.depth=1")),
     Arm("depth2", (HYBRID, "reasoning.depth=2")),
@@ -78,7 +80,7 @@ ARMS: tuple[Arm, ...] = (
     Arm("dph-fkl", (HYBRID, "algorithm.dph_divergence=forward_kl")),
 )
 GROUPS: dict[str, tuple[str, ...]] = {
-    "advantage": (ABLATION_REFERENCE, "outcome", "process", "hybrid-lam0.25"),
+    "advantage": (ABLATION_REFERENCE, "outcome", "process", "hybrid-lam0.25", "skip-forced"),
     "depth": (ABLATION_REFERENCE, "depth0", "depth1", "depth2"),
     "loss": (ABLATION_REFERENCE, "clipped", "fiberpo"),
     "dph": (ABLATION_REFERENCE, "dph-js", "dph-fkl"),

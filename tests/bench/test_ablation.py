@@ -25,25 +25,27 @@ def ablation():
 
 
 def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
-    def settings(name: str) -> tuple[str, float, int, bool, str]:
+    def settings(name: str) -> tuple[str, float, int, bool, str, bool]:
         (arm,) = [a for a in ablation.ARMS if a.name == name]
         config = load_config(ROOT / KUHN, list(arm.overrides))
         algorithm = config.algorithm
-        return algorithm.advantage_mode, algorithm.lam, config.reasoning.depth, algorithm.fiberpo, algorithm.dph_divergence
+        return (algorithm.advantage_mode, algorithm.lam, config.reasoning.depth, algorithm.fiberpo,
+                algorithm.dph_divergence, config.comparison.skip_forced)
 
-    # The Kuhn config itself: hybrid, lam 0.5, depth 2, the clipped loss, no DPH-RL.
+    # The Kuhn config itself: hybrid, lam 0.5, depth 2, the clipped loss, no DPH-RL, forced moves scored.
     expected = {
-        "hybrid": ("hybrid", 0.5, 2, False, "none"),
-        "outcome": ("outcome", 0.5, 2, False, "none"),
-        "process": ("process", 0.5, 2, False, "none"),
-        "hybrid-lam0.25": ("hybrid", 0.25, 2, False, "none"),
-        "depth0": ("hybrid", 0.5, 0, False, "none"),
-        "depth1": ("hybrid", 0.5, 1, False, "none"),
-        "depth2": ("hybrid", 0.5, 2, False, "none"),
-        "clipped": ("hybrid", 0.5, 2, False, "none"),
-        "fiberpo": ("hybrid", 0.5, 2, True, "none"),
-        "dph-js": ("hybrid", 0.5, 2, False, "js"),
-        "dph-fkl": ("hybrid", 0.5, 2, False, "forward_kl"),
+        "hybrid": ("hybrid", 0.5, 2, False, "none", False),
+        "outcome": ("outcome", 0.5, 2, False, "none", False),
+        "process": ("process", 0.5, 2, False, "none", False),
+        "hybrid-lam0.25": ("hybrid", 0.25, 2, False, "none", False),
+        "skip-forced": ("hybrid", 0.5, 2, False, "none", True),
+        "depth0": ("hybrid", 0.5, 0, False, "none", False),
+        "depth1": ("hybrid", 0.5, 1, False, "none", False),
+        "depth2": ("hybrid", 0.5, 2, False, "none", False),
+        "clipped": ("hybrid", 0.5, 2, False, "none", False),
+        "fiberpo": ("hybrid", 0.5, 2, True, "none", False),
+        "dph-js": ("hybrid", 0.5, 2, False, "js", False),
+        "dph-fkl": ("hybrid", 0.5, 2, False, "forward_kl", False),
     }
     assert {arm.name: settings(arm.name) for arm in ablation.ARMS} == expected
     assert all("hybrid" in ablation.GROUPS[group] for group in ablation.GROUPS)
@@ -57,9 +59,9 @@ def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
 def test_the_plan_pairs_seeds_and_shares_the_runs_of_identical_arms(ablation, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
     runs = ablation.plan_runs(KUHN, ablation.select_arms(["all"]), tmp_path / "runs", tmp_path / "results")
-    # hybrid and outcome on 5 seeds, the 9 other arms on 3: 37 runs; depth2 and clipped are the Kuhn config as it is,
-    # so their 2 x 3 runs are hybrid's: 31 to train.
-    assert len(runs) == 37 and len({run.config.run_dir for run in runs}) == 31
+    # hybrid and outcome on 5 seeds, the 10 other arms on 3: 40 runs; depth2 and clipped are the Kuhn config as it is,
+    # so their 2 x 3 runs are hybrid's: 34 to train.
+    assert len(runs) == 40 and len({run.config.run_dir for run in runs}) == 34
     assert [(r.arm, r.seed) for r in runs[:3]] == [("hybrid", 0), ("outcome", 0), ("process", 0)]
     assert [(r.arm, r.seed) for r in runs[-2:]] == [("hybrid", 4), ("outcome", 4)]
     (depth2,) = [r for r in runs if r.arm == "depth2" and r.seed == 1]
