@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
@@ -132,8 +132,7 @@ def timed_run(checkout: Path, config: Path, steps: int, skip: int, out: Path, na
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{name}: strat train exited {done.returncode}; its output is in {log}")
-    figures = run_figures(read_metrics(out / name / "metrics.jsonl"), skip)
-    return RunFigures(**{**asdict(figures), "wall_s": wall})
+    return replace(run_figures(read_metrics(out / name / "metrics.jsonl"), skip), wall_s=wall)
 
 
 def report(result: Comparison) -> str:
