@@ -183,6 +183,29 @@ card to most bets, slow-play the best one): a warm start that imitates them acts
 and leaves RL the strategy (how often to bet, bluff and call)."""
 
 
+def liars_dice_truthful(env: LiarsDiceEnv, agent: str) -> dict[int, float]:
+    """A truthful bidder: it bids only what its own dice show (at most as many of a face as it holds of that face
+    or wild), the lowest such bid above the last one, and calls "liar" only when no such bid is left. It never
+    bluffs and never doubts a bid it can still top truthfully; it reads no probabilities (the heuristic player does)."""
+    dice = env.dice(agent)
+
+    def backed(action: int) -> bool:
+        count, face = env.bid(action)
+        return count <= sum(1 for d in dice if d == face or d == env.sides)
+
+    bids = [a for a in env.legal_actions(agent) if a != env.liar_action and backed(a)]
+    # Before any bid, one of its own faces is always a backed bid, so "liar" only ever answers a bid.
+    return _pick(min(bids)) if bids else _pick(env.liar_action)
+
+
+TRUTHFUL: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
+    "liars_dice": liars_dice_truthful,
+}
+"""Players that never bluff and never doubt while they can bid truthfully: a training opponent whose bids are true,
+so calling "liar" on them loses (self-play and random bidders make false bids, which teaches the opposite). Not a
+held-out player: the evaluation's heuristic player weighs probabilities instead."""
+
+
 def _pick(action: int) -> dict[int, float]:
     return {action: 1.0}
 

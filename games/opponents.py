@@ -1,4 +1,5 @@
-"""Scripted opponents behind one interface: random, heuristic, equilibrium (CFR), minimax."""
+"""Scripted opponents behind one interface: random, heuristic, the weak players (contrarian, timid, truthful),
+equilibrium (CFR), minimax."""
 
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ def _availability() -> dict[str, frozenset[str]]:
         "heuristic": frozenset(heuristics.POLICIES),
         "contrarian": frozenset(heuristics.CONTRARIAN),
         "timid": frozenset(heuristics.TIMID),
+        "truthful": frozenset(heuristics.TRUTHFUL),
         "equilibrium": frozenset(equilibrium.GAMES),
         "minimax": frozenset(minimax.GAMES),
     }
@@ -92,12 +94,10 @@ def make_opponent(
         raise ValueError(f"opponent {name!r} is not available for game {described}; opponents for it: {allowed}")
     if name == "random":
         return RandomOpponent(seed)
-    if name == "heuristic":
-        return PolicyOpponent(name, heuristics.POLICIES[game], seed)
-    if name == "contrarian":
-        return PolicyOpponent(name, heuristics.CONTRARIAN[game], seed)
-    if name == "timid":
-        return PolicyOpponent(name, heuristics.TIMID[game], seed)
+    scripted = {"heuristic": heuristics.POLICIES, "contrarian": heuristics.CONTRARIAN, "timid": heuristics.TIMID,
+                "truthful": heuristics.TRUTHFUL}
+    if name in scripted:
+        return PolicyOpponent(name, scripted[name][game], seed)
     if name == "equilibrium":
         return PolicyOpponent(name, equilibrium.policy(game, **options), seed)
     return PolicyOpponent(name, minimax.policy(game), seed)

@@ -58,7 +58,8 @@ def test_opponent_names_and_errors():
     assert opponent_names("kuhn_poker") == ["random", "heuristic", "contrarian", "timid", "equilibrium"]
     assert opponent_names("leduc_poker") == ["random", "heuristic", "contrarian", "equilibrium"]
     assert opponent_names("tic_tac_toe") == ["random", "heuristic", "minimax"]
-    for name in ("liars_dice", "bargaining", "connect_four"):
+    assert opponent_names("liars_dice") == ["random", "heuristic", "truthful"]
+    for name in ("bargaining", "connect_four"):
         assert opponent_names(name) == ["random", "heuristic"]
     with pytest.raises(ValueError, match="'minimax' is not available.*kuhn_poker"):
         make_opponent("minimax", "kuhn_poker")
@@ -159,6 +160,55 @@ def test_kuhn_timid_ranks_its_cards_right_and_is_weak():
     _, uniform = tabular_policy("kuhn_poker", make_opponent("random", "kuhn_poker"))
     assert exploitability.exploitability(game, uniform) == pytest.approx(0.4583, abs=1e-3)
     assert "timid" not in opponent_names("tic_tac_toe")
+
+
+def _liars_dice_deals():
+    """One reset Liar's dice env per deal of the default game (one six-sided die each): all 36 (die 0, die 1)."""
+    deals = {}
+    for seed in range(2000):
+        env = games.make("liars_dice")
+        env.reset(seed=seed)
+        deals.setdefault((env.dice("player_0")[0], env.dice("player_1")[0]), seed)
+    assert len(deals) == 36
+    return deals
+
+
+def test_liars_dice_truthful_bids_only_what_its_die_shows():
+    """By hand: it opens with one of its own face (one one when its die is the wild six), tops a bid only with a
+    face its die backs, and calls "liar" when it has none; so every bid it makes is true, and against the heuristic
+    player it scores +2/36 as player 0 and -6/36 as player 1 over the 36 deals (an independent enumeration of the
+    one-die game with both players' rules written out gives the same)."""
+    truthful = make_opponent("truthful", "liars_dice")
+    heuristic = make_opponent("heuristic", "liars_dice")
+    names = {}
+    deals = _liars_dice_deals()
+    for (die_0, die_1), seed in deals.items():
+        env = games.make("liars_dice")
+        env.reset(seed=seed)
+        opening = truthful.act(env, "player_0")
+        names[die_0] = env.action_name(opening)
+        count, face = env.bid(opening)
+        assert count <= [die_0, die_1].count(face) + (face != 6) * [die_0, die_1].count(6)  # true for every deal
+    assert names == {1: "bid 1 one", 2: "bid 1 two", 3: "bid 1 three", 4: "bid 1 four", 5: "bid 1 five",
+                     6: "bid 1 one"}
+    env = games.make("liars_dice")
+    env.reset(seed=deals[(2, 5)])
+    env.step(env.all_action_names().index("bid 1 four"))
+    assert env.action_name(truthful.act(env, "player_1")) == "bid 1 five"
+    env.step(truthful.act(env, "player_1"))
+    assert env.action_name(truthful.act(env, "player_0")) == "liar"  # a two tops nothing above one five
+    totals = []
+    for seat in range(2):
+        total = 0.0
+        for seed in deals.values():
+            env = games.make("liars_dice")
+            env.reset(seed=seed)
+            for agent in env.turns():
+                player = truthful if agent == f"player_{seat}" else heuristic
+                env.step(player.act(env, agent))
+            total += env.returns()[f"player_{seat}"]
+        totals.append(total)
+    assert totals == [2.0, -6.0]
 
 
 @pytest.mark.parametrize(("name", "deals"), [("kuhn_poker", 2000), ("leduc_poker", 2000)])
