@@ -223,7 +223,8 @@ class OpponentConfig(_Section):
     kind: Literal["self", "scripted", "snapshot"] = "self"
     """`self`: the policy itself; `scripted`: a games opponent by name; `snapshot`: a frozen past policy."""
     name: str | None = None
-    """Scripted opponent name (random, heuristic, equilibrium, minimax); only for kind=scripted."""
+    """Scripted opponent name (random, heuristic, equilibrium, minimax, or a weak player: contrarian, timid, truthful;
+    `games.opponents.opponent_names` lists those of a game); only for kind=scripted."""
     weight: float = Field(1.0, gt=0.0)
     """Relative share of games against this opponent."""
 
