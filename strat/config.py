@@ -365,7 +365,13 @@ class AlgorithmConfig(_Section):
     is_cap: float = Field(2.0, ge=1.0)
     """Truncation of the proximal/behaviour importance weight for stale samples."""
     lr: float = Field(1e-4, gt=0.0)
-    """AdamW learning rate of the policy update."""
+    """AdamW learning rate of the policy update (its peak, under a decaying `lr_schedule`)."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """How the learning rate moves over the run's `schedule.steps` updates: `constant`, or `linear` / `cosine` decay
+    from `lr` at the first update to `lr_final` times it at the last. Self-play policy gradient circles an
+    equilibrium at a constant step; a decaying one lets the last policy settle."""
+    lr_final: float = Field(0.1, ge=0.0, le=1.0)
+    """With a decaying `lr_schedule`: the last update's learning rate as a fraction of `lr`."""
     epochs: int = Field(1, ge=1)
     """Passes over each step's batch."""
     minibatches: int = Field(1, ge=1)

@@ -55,6 +55,7 @@ from strat.engines.base import stop_token_ids
 from strat.model import checkpoint
 from strat.model.build import DTYPES, LoraSettings, add_lora, freeze, resolve_device, shard_model, wants_fsdp
 from strat.model.safetensors_io import replace_dir, write_safetensors
+from strat.train.lr_schedule import LrSchedule, lr_factor
 from strat.train.prefix import can_share_prefix
 from strat.train.rehearsal import draw_batch
 from strat.train.sequences import sequence_forward, sequence_logprobs, split_for_ranks
@@ -65,6 +66,11 @@ class LearnerSettings:
     """What the learner needs from the experiment config."""
 
     lr: float = 1e-4
+    lr_schedule: LrSchedule = "constant"
+    """`constant`, or `linear` / `cosine` decay to `lr_final` times `lr` at update `total_updates - 1`."""
+    lr_final: float = 0.1
+    total_updates: int = 1
+    """The run's updates (its steps), over which a decaying schedule runs."""
     epochs: int = 1
     minibatches: int = 1
     """Optimizer steps per epoch, each on its own part of the batch (PPO-style minibatches)."""
@@ -337,6 +343,9 @@ class PolicyLearner:
                     prepared.append((rows, batch, counted, moves))
                 steps.append((len(minibatch), sum(len(s.response_token_ids) for s in minibatch), prepared))
         proximal = self._proximal_logprobs(steps)
+        lr = settings.lr * lr_factor(settings.lr_schedule, self.updates, settings.total_updates, settings.lr_final)
+        for group in self.optimizer.param_groups:  # also what a resumed run's changed `algorithm.lr` takes
+            group["lr"] = lr
         for number, (step_samples, step_tokens, prepared) in enumerate(steps):
             self.optimizer.zero_grad(set_to_none=True)
             for rows, batch, counted, moves in prepared:
@@ -417,6 +426,7 @@ class PolicyLearner:
         sums["logprob/engine_learner_gap"] = gap_sum / max(gap_tokens, 1)
         if rehearse:
             sums["time/dph_s"] = dph_seconds
+        sums["learn/lr"] = lr
         return sums
 
     def set_rehearsal(self, samples: Sequence[TrainSample], score: bool) -> list[TrainSample]:

@@ -52,6 +52,9 @@ def learner_settings(config: ExperimentConfig) -> LearnerSettings:
     algo = config.algorithm
     return LearnerSettings(
         lr=algo.lr,
+        lr_schedule=algo.lr_schedule,
+        lr_final=algo.lr_final,
+        total_updates=config.schedule.steps,
         epochs=algo.epochs,
         minibatches=algo.minibatches,
         micro_batch=algo.micro_batch,
