@@ -11,8 +11,9 @@ advantage); `outcome`, `process`, `hybrid-lam0.25` and `skip-forced` (advantage;
 score for a turn that predicts a forced move, `comparison.skip_forced`); `depth0`, `depth1`, `depth2` (reasoning depth;
 at depth 0 no section can be compared, so the process term is 0 and the hybrid advantage is the outcome's);
 `clipped` and `fiberpo` (policy loss); `dph-js` and `dph-fkl` (DPH-RL's divergence to the initial policy). Each group
-also runs `hybrid`. An arm with the same resolved config as one listed before it (on the default config `depth2` and
-`clipped` are `hybrid`) shares that arm's runs instead of training them again.
+also runs `hybrid`. An arm with the same resolved config as one listed before it (on the default config `depth1` and
+`clipped` are `hybrid`) shares that arm's runs instead of training them again. The committed table was measured on
+depth 2, the default before 2026-12-02's move to depth 1: `reasoning.depth=2` among the overrides extends it alike.
 
 Seeds are paired: seed s of every arm is `run.seed=s` (the same cached warm start, deals and evaluation games).
 `hybrid` and `outcome` run seeds 0-4, the other arms 0-2; `--seeds` sets them for every arm. `--steps` sets

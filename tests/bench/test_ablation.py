@@ -32,20 +32,20 @@ def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
         return (algorithm.advantage_mode, algorithm.lam, config.reasoning.depth, algorithm.fiberpo,
                 algorithm.dph_divergence, config.comparison.skip_forced)
 
-    # The Kuhn config itself: hybrid, lam 0.5, depth 2, the clipped loss, no DPH-RL, forced moves scored.
+    # The Kuhn config itself: hybrid, lam 0.5, depth 1, the clipped loss, no DPH-RL, forced moves scored.
     expected = {
-        "hybrid": ("hybrid", 0.5, 2, False, "none", False),
-        "outcome": ("outcome", 0.5, 2, False, "none", False),
-        "process": ("process", 0.5, 2, False, "none", False),
-        "hybrid-lam0.25": ("hybrid", 0.25, 2, False, "none", False),
-        "skip-forced": ("hybrid", 0.5, 2, False, "none", True),
+        "hybrid": ("hybrid", 0.5, 1, False, "none", False),
+        "outcome": ("outcome", 0.5, 1, False, "none", False),
+        "process": ("process", 0.5, 1, False, "none", False),
+        "hybrid-lam0.25": ("hybrid", 0.25, 1, False, "none", False),
+        "skip-forced": ("hybrid", 0.5, 1, False, "none", True),
         "depth0": ("hybrid", 0.5, 0, False, "none", False),
         "depth1": ("hybrid", 0.5, 1, False, "none", False),
         "depth2": ("hybrid", 0.5, 2, False, "none", False),
-        "clipped": ("hybrid", 0.5, 2, False, "none", False),
-        "fiberpo": ("hybrid", 0.5, 2, True, "none", False),
-        "dph-js": ("hybrid", 0.5, 2, False, "js", False),
-        "dph-fkl": ("hybrid", 0.5, 2, False, "forward_kl", False),
+        "clipped": ("hybrid", 0.5, 1, False, "none", False),
+        "fiberpo": ("hybrid", 0.5, 1, True, "none", False),
+        "dph-js": ("hybrid", 0.5, 1, False, "js", False),
+        "dph-fkl": ("hybrid", 0.5, 1, False, "forward_kl", False),
     }
     assert {arm.name: settings(arm.name) for arm in ablation.ARMS} == expected
     assert all("hybrid" in ablation.GROUPS[group] for group in ablation.GROUPS)
@@ -59,14 +59,22 @@ def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
 def test_the_plan_pairs_seeds_and_shares_the_runs_of_identical_arms(ablation, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
     runs = ablation.plan_runs(KUHN, ablation.select_arms(["all"]), tmp_path / "runs", tmp_path / "results")
-    # hybrid and outcome on 5 seeds, the 10 other arms on 3: 40 runs; depth2 and clipped are the Kuhn config as it is,
+    # hybrid and outcome on 5 seeds, the 10 other arms on 3: 40 runs; depth1 and clipped are the Kuhn config as it is,
     # so their 2 x 3 runs are hybrid's: 34 to train.
     assert len(runs) == 40 and len({run.config.run_dir for run in runs}) == 34
     assert [(r.arm, r.seed) for r in runs[:3]] == [("hybrid", 0), ("outcome", 0), ("process", 0)]
     assert [(r.arm, r.seed) for r in runs[-2:]] == [("hybrid", 4), ("outcome", 4)]
-    (depth2,) = [r for r in runs if r.arm == "depth2" and r.seed == 1]
-    assert depth2.config.run_dir == tmp_path / "runs" / "hybrid-seed1"
-    assert depth2.summary == tmp_path / "results" / "kuhn_poker_tiny-depth2-seed1.json"
+    (depth1,) = [r for r in runs if r.arm == "depth1" and r.seed == 1]
+    assert depth1.config.run_dir == tmp_path / "runs" / "hybrid-seed1"
+    assert depth1.summary == tmp_path / "results" / "kuhn_poker_tiny-depth1-seed1.json"
+    # The committed table's recipe (depth 2) as an override: every arm but the depth arms at depth 2, and depth2
+    # then shares hybrid's runs instead.
+    old = ablation.plan_runs(KUHN, ablation.select_arms(["all"]), tmp_path / "runs", tmp_path / "results",
+                             overrides=["reasoning.depth=2"])
+    depths = {r.arm: r.config.reasoning.depth for r in old if r.seed == 0}
+    assert depths == {**{arm.name: 2 for arm in ablation.ARMS}, "depth0": 0, "depth1": 1}
+    (depth2,) = [r for r in old if r.arm == "depth2" and r.seed == 1]
+    assert depth2.config.run_dir == tmp_path / "runs" / "hybrid-seed1" and len({r.config.run_dir for r in old}) == 34
     (fiberpo,) = [r for r in ablation.plan_runs(KUHN, ablation.select_arms(["fiberpo"]), tmp_path / "runs",
                                                 tmp_path / "results", seeds=[7], steps=4, overrides=["eval.games=50"])]
     assert fiberpo.overrides == ("eval.games=50", "schedule.steps=4", "algorithm.advantage_mode=hybrid",
@@ -101,10 +109,10 @@ class FakeTrainer:
 def test_a_stopped_ablation_trains_only_what_has_no_summary(ablation, tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(ROOT)
     out, results = tmp_path / "runs", tmp_path / "results"
-    runs = ablation.plan_runs(KUHN, ablation.select_arms(["hybrid", "outcome", "depth2"]), out, results,
+    runs = ablation.plan_runs(KUHN, ablation.select_arms(["hybrid", "outcome", "depth1"]), out, results,
                               seeds=[0, 1], steps=2)
-    assert [(r.arm, r.seed) for r in runs] == [("hybrid", 0), ("outcome", 0), ("depth2", 0), ("hybrid", 1),
-                                               ("outcome", 1), ("depth2", 1)]
+    assert [(r.arm, r.seed) for r in runs] == [("hybrid", 0), ("outcome", 0), ("depth1", 0), ("hybrid", 1),
+                                               ("outcome", 1), ("depth1", 1)]
     # outcome seed 1 was summarised before the stop; hybrid seed 1 was interrupted (no provenance.json) after it
     # had written a metrics line and a checkpoint.
     results.mkdir()
@@ -116,11 +124,11 @@ def test_a_stopped_ablation_trains_only_what_has_no_summary(ablation, tmp_path: 
 
     trainer = FakeTrainer()
     ablation.run_ablation(KUHN, runs, trainer)
-    # depth2 is the Kuhn config as it is: it is summarised from hybrid's run, never trained.
+    # depth1 is the Kuhn config as it is: it is summarised from hybrid's run, never trained.
     assert trainer.trained == ["hybrid-seed0", "outcome-seed0", "hybrid-seed1"]
     printed = capsys.readouterr().out
     assert "outcome seed 1: skipped" in printed and "hybrid-seed1: interrupted" in printed
-    assert "depth2 seed 0: finished already in" in printed
+    assert "depth1 seed 0: finished already in" in printed
 
     hybrid = load_summary(results / "kuhn_poker_tiny-hybrid-seed1.json")
     assert hybrid.arm == "hybrid" and hybrid.section == "ablation" and hybrid.seed == 1 and hybrid.steps == 2
@@ -131,8 +139,8 @@ def test_a_stopped_ablation_trains_only_what_has_no_summary(ablation, tmp_path: 
     assert hybrid.after.return_vs["random"].value == pytest.approx(0.1)
     assert hybrid.after.exploitability is not None and hybrid.after.exploitability.low == 0.25
     assert hybrid.after.format_validity == 1.0 and hybrid.tokens_per_step == 200.0
-    depth2 = load_summary(results / "kuhn_poker_tiny-depth2-seed1.json")
-    assert depth2.arm == "depth2" and depth2.command == hybrid.command
+    depth1 = load_summary(results / "kuhn_poker_tiny-depth1-seed1.json")
+    assert depth1.arm == "depth1" and depth1.command == hybrid.command
     assert (results / "kuhn_poker_tiny-outcome-seed1.json").read_text() == "{}"
 
     again = FakeTrainer()
