@@ -71,6 +71,8 @@ class LearnerSettings:
     lr_final: float = 0.1
     total_updates: int = 1
     """The run's updates (its steps), over which a decaying schedule runs."""
+    kl_reference: str = "initial"
+    """The KL penalty's reference: `initial` weights, or `snapshot`: the snapshot opponent's, moved with it."""
     epochs: int = 1
     minibatches: int = 1
     """Optimizer steps per epoch, each on its own part of the batch (PPO-style minibatches)."""
@@ -195,9 +197,23 @@ class PolicyLearner:
         return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype)
 
     def take_snapshot(self) -> dict[str, torch.Tensor]:
-        """Freeze a copy of the current weights as the snapshot opponent's."""
+        """Freeze a copy of the current weights as the snapshot opponent's (and the KL anchor's, with
+        `kl_reference: snapshot`)."""
         self.snapshot = self.state_dict()
+        self._anchor_to_snapshot()
         return self.snapshot
+
+    def _anchor_to_snapshot(self) -> None:
+        """With `kl_reference: snapshot`, the frozen reference takes the snapshot's weights."""
+        if self.settings.kl_reference != "snapshot" or self.snapshot is None:
+            return
+        if self.reference is None:
+            raise ValueError("kl_reference=snapshot needs a reference model: kl_type k1 or k3, full fine-tuning")
+        result = self.reference.load_state_dict(self.snapshot, strict=False)
+        missing = [name for name in result.missing_keys if not name.endswith("lm_head.weight")]
+        if result.unexpected_keys or missing:
+            raise ValueError(f"the snapshot does not fit the reference model (missing {missing[:5]},"
+                             f" unexpected {result.unexpected_keys[:5]})")
 
     def move_choices(self, samples: Sequence[TrainSample], width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Where each response names a move (`strat.algorithm.reasoning.move_mention_indices` with `settings.move_names`) and
@@ -645,6 +661,7 @@ class PolicyLearner:
         self.updates = int(loop_state.get("updates", 0))
         if (ckpt.path / "snapshot" / "model.safetensors").is_file():
             self.snapshot = load_file(ckpt.path / "snapshot" / "model.safetensors")
+            self._anchor_to_snapshot()
         return loop_state
 
 

@@ -55,6 +55,7 @@ def learner_settings(config: ExperimentConfig) -> LearnerSettings:
         lr_schedule=algo.lr_schedule,
         lr_final=algo.lr_final,
         total_updates=config.schedule.steps,
+        kl_reference=config.algorithm.kl_reference,
         epochs=algo.epochs,
         minibatches=algo.minibatches,
         micro_batch=algo.micro_batch,

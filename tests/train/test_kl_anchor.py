@@ -1,0 +1,83 @@
+"""The KL penalty's moving anchor (`algorithm.kl_reference: snapshot`): the reference takes the snapshot opponent's
+weights at each refresh and after a resume, the `initial` reference never moves, and what cannot work is refused."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from strat.algorithm.losses import LossConfig
+from strat.algorithm.records import TrainBatch, TrainSample
+from strat.config import load_config
+from strat.errors import ConfigError
+from strat.train.learner import LearnerSettings, PolicyLearner
+from strat.train.sequences import sequence_logprobs
+
+KUHN = "configs/kuhn_poker_tiny.yaml"
+
+
+def _samples() -> list[TrainSample]:
+    rng = random.Random(1)
+    return [TrainSample(f"g{i}", f"e{i}", "player_0", 0, tuple(rng.randrange(5, 200) for _ in range(6)),
+                        tuple(rng.randrange(5, 200) for _ in range(4)), (-1.0,) * 4, [2.0, -2.0][i % 2])
+            for i in range(4)]
+
+
+def _learner(model_dir: Path, reference: str) -> PolicyLearner:
+    return PolicyLearner(model_dir, LearnerSettings(lr=5e-2, kl_reference=reference,
+                                                    loss=LossConfig(kl_type="k3", kl_coef=0.1)))
+
+
+def _logprobs(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
+    with torch.no_grad():
+        return sequence_logprobs(model, batch, 1.0)
+
+
+def test_the_snapshot_anchor_moves_with_the_snapshot_and_the_initial_one_stays(tiny_model_dir: Path) -> None:
+    batch = TrainBatch.collate(_samples(), 0)
+    for reference in ("initial", "snapshot"):
+        learner = _learner(tiny_model_dir, reference)
+        start = _logprobs(learner.model, batch)
+        for _ in range(3):
+            learner.update(_samples())
+        drifted = _logprobs(learner.model, batch)
+        assert (drifted - start).abs().max() > 1e-2, "the policy moved"
+        torch.testing.assert_close(learner._reference_logprobs(batch), start)  # before any snapshot: the start
+        learner.take_snapshot()
+        expected = drifted if reference == "snapshot" else start
+        torch.testing.assert_close(learner._reference_logprobs(batch), expected, atol=1e-5, rtol=1e-5)
+        if reference == "snapshot":  # right after the refresh the penalty is 0 on the first optimizer step
+            assert learner.update(_samples())["loss/kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_resumed_learner_anchors_on_the_saved_snapshot(tiny_model_dir: Path, tmp_path: Path) -> None:
+    batch = TrainBatch.collate(_samples(), 0)
+    first = _learner(tiny_model_dir, "snapshot")
+    for _ in range(2):
+        first.update(_samples())
+    first.take_snapshot()
+    anchored = _logprobs(first.model, batch)
+    first.update(_samples())  # the policy moves on past its snapshot before the checkpoint
+    ckpt = first.save(tmp_path, 3, {}, keep=1)
+    resumed = _learner(tiny_model_dir, "snapshot")
+    resumed.load(ckpt)
+    torch.testing.assert_close(resumed._reference_logprobs(batch), anchored, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["algorithm.kl_reference=snapshot"], "needs kl_type k1 or k3"),
+    (["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot",
+      "game.opponents=[{kind: self, weight: 0.8}, {kind: scripted, name: random, weight: 0.2}]"],
+     "add one to game.opponents"),
+    (["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot",
+      "learner.lora.enabled=true"], "not built for LoRA"),
+    (["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot",
+      "resources.learner_ranks=2"], "not built for a sharded learner"),
+])
+def test_what_cannot_anchor_is_refused(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(KUHN, overrides)
+    load_config(KUHN, ["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot"])
