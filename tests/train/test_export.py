@@ -142,7 +142,7 @@ def test_card_figures_are_those_of_metrics_jsonl(trained: Path, exported: Path, 
         assert [value, low, high] == [round(x, 4) for x in (record["eval/exploitability"],
                                                            *record["eval/exploitability_ci"])]
     for fact in (f"base model: `{tiny_model_dir}`", "game: `kuhn_poker` with options: the defaults",
-                 "| reasoning depth | 2 ", "| advantage mode | hybrid |", "| lam (process weight) | 0.5 |",
+                 "| reasoning depth | 1 ", "| advantage mode | hybrid |", "| lam (process weight) | 0.5 |",
                  "| group shape | 3 episodes per group x 2 groups per step |", "| learning rate | 0.01 ",
                  "clipped surrogate", "Trained for 2 steps", "fine-tuning: all weights"):
         assert fact in card
@@ -241,7 +241,7 @@ def test_lora_run_exports_merged_weights_with_base_plus_adapter_logits(
 
 # --- `strat eval` of the export plays as the run's own evaluation ---------------------------------------------------
 
-_RUN_FORMAT = {"depth": 2, "max_new_tokens": 24, "temperature": 0.9, "top_p": 0.95, "format_penalty": -4.0}
+_RUN_FORMAT = {"depth": 1, "max_new_tokens": 24, "temperature": 0.9, "top_p": 0.95, "format_penalty": -4.0}
 """The reasoning format and sampling of the fixture's run (SHORT and the default config), by hand."""
 
 
@@ -254,11 +254,11 @@ def test_export_carries_the_runs_format_in_generation_config_and_strat_json(expo
     assert (generation["max_new_tokens"], generation["temperature"], generation["top_p"]) == (24, 0.9, 0.95)
     assert generation["do_sample"] is True
     assert json.loads((exported / "strat.json").read_text()) == {
-        "game": "kuhn_poker", "game_options": {}, "depth": 2, "format_penalty": -4.0, "samples_per_infoset": 2,
+        "game": "kuhn_poker", "game_options": {}, "depth": 1, "format_penalty": -4.0, "samples_per_infoset": 2,
         "dtype": "float32", "max_model_len": 1024, "step": 2,
     }
     card = (exported / "README.md").read_text()
-    assert ("`strat.json` gives the game (`kuhn_poker`, default options), the reasoning depth (2), the format penalty"
+    assert ("`strat.json` gives the game (`kuhn_poker`, default options), the reasoning depth (1), the format penalty"
             " (-4) and the samples per information set (2); `generation_config.json` the sampling (`max_new_tokens` 24,"
             " `temperature` 0.9, `top_p` 0.95)") in card
 
@@ -272,9 +272,9 @@ def test_an_exported_directory_is_loaded_in_its_runs_format(exported: Path) -> N
     finally:
         policy.close()
     overridden = load_policy(str(exported), "kuhn_poker", backend="hf",
-                             overrides=ReasoningOverrides(depth=1, max_new_tokens=30, temperature=0.5))
+                             overrides=ReasoningOverrides(depth=2, max_new_tokens=30, temperature=0.5))
     try:
-        assert _format(overridden.info) == {**_RUN_FORMAT, "depth": 1, "max_new_tokens": 30, "temperature": 0.5}
+        assert _format(overridden.info) == {**_RUN_FORMAT, "depth": 2, "max_new_tokens": 30, "temperature": 0.5}
     finally:
         overridden.close()
     with pytest.raises(ConfigError, match="trained on kuhn_poker"):
@@ -299,7 +299,7 @@ def test_a_plain_model_directory_keeps_the_config_defaults(tiny_model_dir: Path,
 
 
 def _eval(policy: Path, out: Path) -> dict:
-    argv = ["eval", "--policy", str(policy), "--game", "kuhn_poker", "--depth", "2", "--games", "4", "--opponents",
+    argv = ["eval", "--policy", str(policy), "--game", "kuhn_poker", "--depth", "1", "--games", "4", "--opponents",
             "random", "--bootstrap", "5", "--transcripts", "2", "--backend", "hf", "--seed", "7", "--out", str(out)]
     assert cli.main(argv) == 0
     return json.loads((out / "eval.json").read_text())

@@ -47,7 +47,7 @@ def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
 
 def test_allowed_overrides_are_applied_written_and_recorded_with_their_step(run_dir: Path, started: list) -> None:
     overrides = ["schedule.steps=6", "algorithm.lr=0.0001", "engine.backend=hf", "eval.games=50",
-                 "reasoning.depth=2", "game.name=kuhn_poker"]  # the last two keep the saved values: no change
+                 "reasoning.depth=1", "game.name=kuhn_poker"]  # the last two keep the saved values: no change
     trainer.train(None, overrides, resume=str(run_dir))
     [config] = started
     assert (config.schedule.steps, config.algorithm.lr, config.engine.backend, config.eval.games) == (6, 1e-4, "hf", 50)
@@ -76,7 +76,7 @@ def test_allowed_overrides_are_applied_written_and_recorded_with_their_step(run_
     ("model.path=tiny:leduc_poker", "model.path", "keeps its model"),
     ("game.name=leduc_poker", "game.name", "keeps its game"),
     ("game.options.players=3", "game.options.players", "keeps its game"),
-    ("reasoning.depth=1", "reasoning.depth", "keeps its reasoning depth"),
+    ("reasoning.depth=2", "reasoning.depth", "keeps its reasoning depth"),
     ("algorithm.group_size=4", "algorithm.group_size", "keeps its group shape"),
     ("algorithm.groups_per_step=2", "algorithm.groups_per_step", "keeps its group shape"),
     ("algorithm.clip_eps_low=0.1", "algorithm.clip_eps_low", "cannot change on resume"),
