@@ -347,7 +347,7 @@ class AlgorithmConfig(_Section):
     """What the KL penalty pulls toward: `initial`, the frozen starting policy; or `snapshot`, the snapshot opponent's
     weights, refreshed with it every `schedule.snapshot_every` steps: a moving anchor that damps the circling of
     self-play around an equilibrium without holding the policy near its start (proximal point, as in magnetic mirror
-    descent). `snapshot` needs a snapshot opponent in `game.opponents`, full fine-tuning and one learner rank."""
+    descent). `snapshot` needs a snapshot opponent in `game.opponents`; with LoRA it keeps a full reference copy."""
     entropy_coef: float = Field(0.0, ge=0.0)
     """Weight of an entropy bonus on the response tokens (0: none; the mean entropy is logged as policy/entropy)."""
     move_entropy_coef: float = Field(0.0, ge=0.0)
@@ -635,17 +635,13 @@ def _check_comparison(comparison: ComparisonConfig) -> None:
 
 
 def _check_kl_reference(config: ExperimentConfig) -> None:
-    """A KL anchor on the snapshot needs a snapshot to follow, and a full reference model on one process."""
+    """A KL anchor on the snapshot needs a snapshot to follow."""
     if config.algorithm.kl_reference != "snapshot":
         return
     key = "algorithm.kl_reference=snapshot"
     if not any(opponent.kind == "snapshot" for opponent in config.game.opponents):
         raise ConfigError(f"{key}: the anchor follows the snapshot opponent; add one to game.opponents"
                           " (e.g. {kind: snapshot, weight: 0.2})")
-    if config.learner.lora.enabled:
-        raise ConfigError(f"{key}: not built for LoRA, whose reference is the base model; use kl_reference=initial")
-    if config.resources.learner_world_size > 1:
-        raise ConfigError(f"{key}: not built for a sharded learner (more than one learner rank)")
 
 
 def _check_game_name(name: str) -> None:

@@ -167,7 +167,7 @@ class PolicyLearner:
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
         self.reference: torch.nn.Module | None = None
-        if settings.loss.kl_type != "none" and settings.lora is None:
+        if settings.loss.kl_type != "none" and (settings.lora is None or settings.kl_reference == "snapshot"):
             # With LoRA the reference is the base model itself, adapters disabled: no second copy. Frozen, so
             # it is stored in the compute dtype. (Not sharded under FSDP2: each rank holds a full copy.)
             self.reference = AutoModelForCausalLM.from_pretrained(
@@ -200,16 +200,22 @@ class PolicyLearner:
         """Freeze a copy of the current weights as the snapshot opponent's (and the KL anchor's, with
         `kl_reference: snapshot`)."""
         self.snapshot = self.state_dict()
-        self._anchor_to_snapshot()
+        if self.sharded and self.settings.kl_reference == "snapshot":
+            # Under FSDP2 only rank 0 holds the gathered snapshot; every rank's reference copy needs it. A
+            # collective, as is this whole call.
+            full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
+            self._anchor_to_snapshot(self.merged_state_dict({n: t.detach().to("cpu", copy=True) for n, t in full.items()}))
+        else:
+            self._anchor_to_snapshot(self.snapshot)
         return self.snapshot
 
-    def _anchor_to_snapshot(self) -> None:
-        """With `kl_reference: snapshot`, the frozen reference takes the snapshot's weights."""
-        if self.settings.kl_reference != "snapshot" or self.snapshot is None:
+    def _anchor_to_snapshot(self, state: dict[str, torch.Tensor]) -> None:
+        """With `kl_reference: snapshot`, the frozen reference takes the snapshot's weights (`state`)."""
+        if self.settings.kl_reference != "snapshot":
             return
         if self.reference is None:
-            raise ValueError("kl_reference=snapshot needs a reference model: kl_type k1 or k3, full fine-tuning")
-        result = self.reference.load_state_dict(self.snapshot, strict=False)
+            raise ValueError("kl_reference=snapshot needs a reference model (kl_type k1 or k3)")
+        result = self.reference.load_state_dict(state, strict=False)
         missing = [name for name in result.missing_keys if not name.endswith("lm_head.weight")]
         if result.unexpected_keys or missing:
             raise ValueError(f"the snapshot does not fit the reference model (missing {missing[:5]},"
@@ -661,7 +667,7 @@ class PolicyLearner:
         self.updates = int(loop_state.get("updates", 0))
         if (ckpt.path / "snapshot" / "model.safetensors").is_file():
             self.snapshot = load_file(ckpt.path / "snapshot" / "model.safetensors")
-            self._anchor_to_snapshot()
+            self._anchor_to_snapshot(self.snapshot)
         return loop_state
 
 

@@ -114,6 +114,34 @@ def test_two_ranks_step_export_and_checkpoint_as_one_learner(
             ray.kill(rank)
 
 
+def test_two_ranks_anchor_the_kl_on_the_gathered_snapshot(local_ray, tiny_model_dir: Path) -> None:
+    # kl_reference=snapshot: only rank 0 holds the gathered snapshot, yet every rank's reference must take it, or
+    # the KL of rank 1's samples (and so the summed loss/kl) is measured against the initial weights.
+    from strat.train.learner_actor import LearnerGroup
+
+    settings = replace(SETTINGS, lr=2e-2, kl_reference="snapshot", loss=replace(SETTINGS.loss, kl_type="k3",
+                                                                                 kl_coef=0.1))
+    group = LearnerGroup.start(str(tiny_model_dir), settings, 2, lambda rank: {"num_cpus": 0.5})
+    single = PolicyLearner(tiny_model_dir, settings)
+    try:
+        ray.get([rank.ready.remote() for rank in group.ranks])
+        samples = _samples(single.tokenizer)
+        for _ in range(2):
+            group.get(group.update.remote(samples))
+            single.update(samples)
+        group.get(group.take_snapshot.remote())
+        single.take_snapshot()
+        figures = []
+        for _ in range(2):  # the first update starts at the anchor (KL 0); the second has moved off it
+            figures.append((group.get(group.update.remote(samples))["loss/kl"], single.update(samples)["loss/kl"]))
+        assert figures[0] == pytest.approx((0.0, 0.0), abs=1e-7)
+        ours, theirs = figures[1]
+        assert theirs > 1e-6 and ours == pytest.approx(theirs, rel=1e-3, abs=1e-8)
+    finally:
+        for rank in group.ranks:
+            ray.kill(rank)
+
+
 @pytest.mark.long
 def test_driver_trains_checkpoints_and_resumes_with_two_learner_ranks(
     local_ray, tiny_model_dir: Path, tmp_path: Path

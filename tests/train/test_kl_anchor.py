@@ -13,6 +13,7 @@ from strat.algorithm.losses import LossConfig
 from strat.algorithm.records import TrainBatch, TrainSample
 from strat.config import load_config
 from strat.errors import ConfigError
+from strat.model.build import LoraSettings
 from strat.train.learner import LearnerSettings, PolicyLearner
 from strat.train.sequences import sequence_logprobs
 
@@ -26,8 +27,8 @@ def _samples() -> list[TrainSample]:
             for i in range(4)]
 
 
-def _learner(model_dir: Path, reference: str) -> PolicyLearner:
-    return PolicyLearner(model_dir, LearnerSettings(lr=5e-2, kl_reference=reference,
+def _learner(model_dir: Path, reference: str, lora: LoraSettings | None = None) -> PolicyLearner:
+    return PolicyLearner(model_dir, LearnerSettings(lr=5e-2, kl_reference=reference, lora=lora,
                                                     loss=LossConfig(kl_type="k3", kl_coef=0.1)))
 
 
@@ -53,6 +54,21 @@ def test_the_snapshot_anchor_moves_with_the_snapshot_and_the_initial_one_stays(t
             assert learner.update(_samples())["loss/kl"] == pytest.approx(0.0, abs=1e-6)
 
 
+def test_with_lora_the_anchor_is_the_merged_snapshot(tiny_model_dir: Path) -> None:
+    # With LoRA and kl_reference=initial the reference is the base model, adapters off; with snapshot a full copy
+    # that takes the merged weights at each refresh.
+    batch = TrainBatch.collate(_samples(), 0)
+    learner = _learner(tiny_model_dir, "snapshot", LoraSettings(r=4, alpha=8))
+    assert learner.reference is not None
+    start = _logprobs(learner.model, batch)
+    for _ in range(3):
+        learner.update(_samples())
+    assert (_logprobs(learner.model, batch) - start).abs().max() > 1e-2, "the adapters moved the policy"
+    learner.take_snapshot()
+    torch.testing.assert_close(learner._reference_logprobs(batch), _logprobs(learner.model, batch), atol=1e-5,
+                               rtol=1e-5)
+
+
 def test_a_resumed_learner_anchors_on_the_saved_snapshot(tiny_model_dir: Path, tmp_path: Path) -> None:
     batch = TrainBatch.collate(_samples(), 0)
     first = _learner(tiny_model_dir, "snapshot")
@@ -72,10 +88,6 @@ def test_a_resumed_learner_anchors_on_the_saved_snapshot(tiny_model_dir: Path, t
     (["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot",
       "game.opponents=[{kind: self, weight: 0.8}, {kind: scripted, name: random, weight: 0.2}]"],
      "add one to game.opponents"),
-    (["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot",
-      "learner.lora.enabled=true"], "not built for LoRA"),
-    (["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot",
-      "resources.learner_ranks=2"], "not built for a sharded learner"),
 ])
 def test_what_cannot_anchor_is_refused(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
