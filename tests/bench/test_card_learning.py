@@ -94,8 +94,9 @@ def test_oracle_advantages_teach_the_opening_to_depend_on_the_card(probe, tiny_m
     Measured (2026-12-01): King 16/32 -> 24/32 bets, Jack 4/32 -> 0/32, Queen 5/32 -> 3/32; card-specific +2.48
     against a half-width of 1.95. From a shorter warm start (400 games, 2 epochs) the same updates moved mostly the
     direction shared by every card (every card towards checking), so the test uses the config's own. At depth 2: the
-    figures above are its; the config's depth-1 warm start (2026-12-02) moved the cards the wrong way in these six
-    updates (card-specific -0.56), a probe this short being sensitive to where the warm start leaves each card."""
+    figures above are its; from the config's depth-1 warm start (2026-12-02) the same six updates moved every card
+    towards checking (the King's bet log-odds -0.56: 12/32 bets before), a probe this short being sensitive to where
+    the warm start leaves each card."""
     config = load_config(CONFIG, ["engine.backend=hf", "reasoning.depth=2"])
     # The default config's own warm start (~4 min on 2 cores; never cut short here, or it would not be cached).
     warm_model_dir = ensure_warm(
