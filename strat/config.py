@@ -345,9 +345,10 @@ class AlgorithmConfig(_Section):
     """Weight of the KL penalty (needs kl_type k1 or k3)."""
     kl_reference: Literal["initial", "snapshot"] = "initial"
     """What the KL penalty pulls toward: `initial`, the frozen starting policy; or `snapshot`, the snapshot opponent's
-    weights, refreshed with it every `schedule.snapshot_every` steps: a moving anchor that damps the circling of
+    weights, refreshed every `schedule.snapshot_every` steps: a moving anchor that damps the circling of
     self-play around an equilibrium without holding the policy near its start (proximal point, as in magnetic mirror
-    descent). `snapshot` needs a snapshot opponent in `game.opponents`; with LoRA it keeps a full reference copy."""
+    descent). Without a snapshot opponent in `game.opponents` the anchor still moves every `snapshot_every` steps;
+    with LoRA it keeps a full reference copy."""
     entropy_coef: float = Field(0.0, ge=0.0)
     """Weight of an entropy bonus on the response tokens (0: none; the mean entropy is logged as policy/entropy)."""
     move_entropy_coef: float = Field(0.0, ge=0.0)
@@ -634,16 +635,6 @@ def _check_comparison(comparison: ComparisonConfig) -> None:
                           f" agreement=embedding, not agreement={method}")
 
 
-def _check_kl_reference(config: ExperimentConfig) -> None:
-    """A KL anchor on the snapshot needs a snapshot to follow."""
-    if config.algorithm.kl_reference != "snapshot":
-        return
-    key = "algorithm.kl_reference=snapshot"
-    if not any(opponent.kind == "snapshot" for opponent in config.game.opponents):
-        raise ConfigError(f"{key}: the anchor follows the snapshot opponent; add one to game.opponents"
-                          " (e.g. {kind: snapshot, weight: 0.2})")
-
-
 def _check_game_name(name: str) -> None:
     if name not in games.names():
         raise ValueError(f"unknown game {name!r} (allowed: {', '.join(games.names())})")
@@ -675,7 +666,6 @@ def _cross_check(config: ExperimentConfig) -> None:
             f" (allowed: {', '.join(p for p in allowed if p in WEAK_PLAYERS)})"
         )
     _check_held_out(config, game, allowed)
-    _check_kl_reference(config)
     try:
         validate_format_penalty(config.algorithm.format_penalty, spec.return_range)
     except ValueError as err:

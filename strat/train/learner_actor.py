@@ -98,6 +98,11 @@ class Learner:
     def take_snapshot(self) -> dict[str, torch.Tensor]:
         return self._policy().take_snapshot()
 
+    def refresh_anchor(self) -> None:
+        """Move the KL anchor (`kl_reference: snapshot`) to the current weights, for a run with no snapshot
+        opponent: the learner keeps them as its snapshot (checkpointed and restored with it), nothing is returned."""
+        self._policy().take_snapshot()
+
     def export_weights_dir(self, path: str, prune_older: bool = False) -> str:
         """Write the current (merged) weights as safetensors into `path`, atomically; returns the absolute path.
 
@@ -167,8 +172,8 @@ class LearnerGroup:
     all of them) and returns rank 0's ObjectRef; `group.get(ref)` waits for every rank and raises the first
     rank's failure as soon as it happens. With one rank it is that one actor."""
 
-    METHODS = ("ready", "update", "set_rehearsal", "state_dict", "take_snapshot", "export_weights_dir", "take_snapshot_dir",
-               "stage_weights", "stage_snapshot", "greedy", "save", "load")
+    METHODS = ("ready", "update", "set_rehearsal", "state_dict", "take_snapshot", "refresh_anchor", "export_weights_dir",
+               "take_snapshot_dir", "stage_weights", "stage_snapshot", "greedy", "save", "load")
 
     def __init__(self, ranks: list[Any]) -> None:
         if not ranks:

@@ -532,8 +532,12 @@ class Trainer:
 
     def _maybe_snapshot(self, step: int) -> None:
         every = self.config.schedule.snapshot_every
-        if self.snapshot is not None and every and step % every == 0:
-            self.sync.refresh_snapshot(step)
+        if not every or step % every:
+            return
+        if self.snapshot is not None:
+            self.sync.refresh_snapshot(step)  # the snapshot opponent, and with it the KL anchor
+        elif self.config.algorithm.kl_reference == "snapshot":
+            self.fleet.learner_get(self.learner.refresh_anchor.remote())
 
     def _checkpoint(self, step: int, timer: PhaseTimer | None = None) -> None:
         """Save the learner and the loop after step `step`; with overlap, after draining the pipeline (`_drain`), with

@@ -1,5 +1,6 @@
 """The KL penalty's moving anchor (`algorithm.kl_reference: snapshot`): the reference takes the snapshot opponent's
-weights at each refresh and after a resume, the `initial` reference never moves, and what cannot work is refused."""
+weights at each refresh and after a resume (with or without a snapshot opponent), the `initial` reference never
+moves, and an anchor without a KL penalty is refused."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from strat.errors import ConfigError
 from strat.model.build import LoraSettings
 from strat.train.learner import LearnerSettings, PolicyLearner
 from strat.train.sequences import sequence_logprobs
+from strat.train.trainer import Trainer
 
 KUHN = "configs/kuhn_poker_tiny.yaml"
 
@@ -83,13 +85,51 @@ def test_a_resumed_learner_anchors_on_the_saved_snapshot(tiny_model_dir: Path, t
     torch.testing.assert_close(resumed._reference_logprobs(batch), anchored, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    (["algorithm.kl_reference=snapshot"], "needs kl_type k1 or k3"),
-    (["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot",
-      "game.opponents=[{kind: self, weight: 0.8}, {kind: scripted, name: random, weight: 0.2}]"],
-     "add one to game.opponents"),
+def test_an_anchor_without_a_kl_penalty_is_refused() -> None:
+    with pytest.raises(ConfigError, match="kl_reference='snapshot' needs kl_type k1 or k3"):
+        load_config(KUHN, ["algorithm.kl_type=none", "algorithm.kl_coef=0", "algorithm.kl_reference=snapshot"])
+    # The default config's own anchor, and one on a mix with no snapshot opponent, load.
+    assert load_config(KUHN).algorithm.kl_reference == "snapshot"
+    load_config(KUHN, ["game.opponents=[{kind: self, weight: 0.8}, {kind: scripted, name: random, weight: 0.2}]"])
+
+
+class _Remote:
+    def __init__(self, calls: list[str], name: str) -> None:
+        self.calls, self.name = calls, name
+
+    def remote(self, *args: object) -> str:
+        self.calls.append(self.name)
+        return self.name
+
+
+class _Fleet:
+    """What `Trainer._maybe_snapshot` touches: the snapshot agent (or none), the sync and the learner."""
+
+    def __init__(self, snapshot: bool) -> None:
+        self.calls: list[str] = []
+        self.snapshot = object() if snapshot else None
+        self.sync = type("Sync", (), {"refresh_snapshot": lambda _, step: self.calls.append(f"snapshot@{step}")})()
+        self.learner = type("Learner", (), {"refresh_anchor": _Remote(self.calls, "anchor")})()
+
+    def learner_get(self, ref: str) -> str:
+        return ref
+
+
+@pytest.mark.parametrize(("overrides", "snapshot", "expected"), [
+    # No snapshot opponent: the anchor alone moves, every snapshot_every steps.
+    (["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot"], False,
+     ["anchor", "anchor"]),
+    # With one, the snapshot refresh moves both (take_snapshot), and nothing else is called.
+    (["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot"], True,
+     ["snapshot@5", "snapshot@10"]),
+    # An anchor on the initial weights never moves.
+    (["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=initial"], False, []),
 ])
-def test_what_cannot_anchor_is_refused(overrides: list[str], message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        load_config(KUHN, overrides)
-    load_config(KUHN, ["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot"])
+def test_the_trainer_moves_the_anchor_every_snapshot_interval(overrides: list[str], snapshot: bool,
+                                                             expected: list[str], tmp_path: Path) -> None:
+    config = load_config(KUHN, [*overrides, "schedule.snapshot_every=5", f"run.output_dir={tmp_path}"])
+    trainer = Trainer(config, config.run_dir)
+    trainer.fleet = _Fleet(snapshot)
+    for step in range(1, 12):
+        trainer._maybe_snapshot(step)
+    assert trainer.fleet.calls == expected
