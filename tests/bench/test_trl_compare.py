@@ -72,7 +72,7 @@ def test_work_comes_from_the_config(compare) -> None:
     work = compare.make_work(load_config(str(CONFIG), []), "model-dir", [], args)
     assert (work.group_size, work.groups, work.batch, work.max_new_tokens) == (8, 8, 64, 160)
     assert (work.temperature, work.top_p, work.lr, work.minibatches, work.micro_batch) == (1.0, 1.0, 3e-4, 2, 32)
-    assert (work.clip_eps_low, work.clip_eps_high, work.kl_coef, work.format_penalty) == (0.2, 0.28, 0.0, -3.0)
+    assert (work.clip_eps_low, work.clip_eps_high, work.kl_coef, work.format_penalty) == (0.2, 0.28, 0.2, -3.0)
     assert (work.warmup, work.steps, work.threads, work.model) == (0, 2, 2, "model-dir")
     with pytest.raises(ValueError, match="minibatches=3 must divide .* = 64"):
         compare.make_work(load_config(str(CONFIG), ["algorithm.minibatches=3"]), "m", [], args)

@@ -66,7 +66,7 @@ def test_override_values_are_yaml_typed() -> None:
          "warm_start.player='timid': not available for tic_tac_toe (allowed: random, heuristic)"),
         (["game.name=leduc_poker", "warm_start.player=timid"],
          "warm_start.player='timid': not available for leduc_poker (allowed: random, heuristic, contrarian)"),
-        (["algorithm.kl_coef=0.1"], "kl_coef > 0 needs kl_type"),
+        (["algorithm.kl_type=none", "algorithm.kl_coef=0.1"], "kl_coef > 0 needs kl_type"),
         (["resources.gpus_learner=2.5"],
          "resources.gpus_learner=2.5: more than one GPU starts one learner rank per GPU"),
         (["resources.learner_ranks=0"], "resources.learner_ranks=0: Input should be greater than or equal to 1"),
