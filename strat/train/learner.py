@@ -168,8 +168,9 @@ class PolicyLearner:
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
         self.reference: torch.nn.Module | None = None
         if settings.loss.kl_type != "none" and (settings.lora is None or settings.kl_reference == "snapshot"):
-            # With LoRA the reference is the base model itself, adapters disabled: no second copy. Frozen, so
-            # it is stored in the compute dtype. (Not sharded under FSDP2: each rank holds a full copy.)
+            # With LoRA and the initial policy as reference, it is the base model itself, adapters disabled: no
+            # second copy; an anchor on the snapshot needs its own. Frozen, so it is stored in the compute dtype.
+            # (Not sharded under FSDP2: each rank holds a full copy.)
             self.reference = AutoModelForCausalLM.from_pretrained(
                 model_path, dtype=self.compute_dtype, trust_remote_code=trust_remote_code, use_safetensors=True
             ).to(self.device).eval()
@@ -204,7 +205,8 @@ class PolicyLearner:
             # Under FSDP2 only rank 0 holds the gathered snapshot; every rank's reference copy needs it. A
             # collective, as is this whole call.
             full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
-            self._anchor_to_snapshot(self.merged_state_dict({n: t.detach().to("cpu", copy=True) for n, t in full.items()}))
+            copied = {name: tensor.detach().to("cpu", copy=True) for name, tensor in full.items()}
+            self._anchor_to_snapshot(self.merged_state_dict(copied))
         else:
             self._anchor_to_snapshot(self.snapshot)
         return self.snapshot
