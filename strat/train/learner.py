@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -71,7 +71,7 @@ class LearnerSettings:
     lr_final: float = 0.1
     total_updates: int = 1
     """The run's updates (its steps), over which a decaying schedule runs."""
-    kl_reference: str = "initial"
+    kl_reference: Literal["initial", "snapshot"] = "initial"
     """The KL penalty's reference: `initial` weights, or `snapshot`: the snapshot opponent's, moved with it."""
     epochs: int = 1
     minibatches: int = 1
