@@ -396,6 +396,12 @@ class AlgorithmConfig(_Section):
     """Give the format penalty also to a response that restates the player's own private information wrongly
     ("My private information: X." with X not the player's): otherwise learning can change the restated card
     instead of the move that depends on it."""
+    penalty_scope: Literal["game", "turn"] = "game"
+    """Where a format penalty lands: `game`, on the whole game of the seat that earned it (every turn of that seat
+    learns from the penalty instead of the game's return); or `turn`, on the turn that earned it alone (its other
+    turns learn from the game's return, and the outcome term is normalised over the group's turns). In a game of
+    many moves, where most games hold one invalid move, `game` leaves most groups without spread and cannot tell
+    the invalid turn from the valid ones."""
     zero_spread: Literal["keep", "drop", "resample"] = "keep"
     """Groups whose outcomes are all equal: keep them, drop them from the update (when their advantages are all
     zero), or `resample`: play freshly dealt groups in their place, keeping those with spread."""

@@ -13,6 +13,7 @@ from strat.algorithm.estimators import advantage_estimator
 from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
 
 Baseline = Literal["group", "ema"]
+PenaltyScope = Literal["game", "turn"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,11 @@ class AdvantageConfig:
     """Separate statistics per seat, so that both self-play seats learn from their own perspective."""
     drop_zero_signal: bool = False
     """Leave out groups whose advantages are all zero (they give no gradient)."""
+    penalty_scope: PenaltyScope = "game"
+    """`game`: a format penalty replaces the return of the whole game for every turn of the seat that earned it
+    (`Episode.outcome`), and the outcome term is normalised over the group's episodes; `turn`: it replaces the
+    return of the turn that earned it alone, the seat's other turns keep the game's return
+    (`Episode.turn_outcomes`), and the outcome term is normalised over the group's turns."""
 
 
 @dataclass(frozen=True)
@@ -56,27 +62,35 @@ class AdvantageStats:
     own, below 0 it pulls against it."""
 
 
-def zero_spread_group_ids(episodes: Sequence[Episode]) -> list[str]:
-    """Groups (of more than one episode) in which every learning seat got the same outcome in every episode,
-    in order of first appearance: their outcome term is zero, so they teach nothing about the moves."""
+def zero_spread_group_ids(episodes: Sequence[Episode], penalty_scope: PenaltyScope = "game") -> list[str]:
+    """Groups (of more than one episode) in which every learning seat got the same outcome in every episode (with
+    `penalty_scope` `turn`: on every turn), in order of first appearance: their outcome term is zero, so they teach
+    nothing about the moves."""
     outcomes: dict[str, dict[str, set[float]]] = {}
     sizes: dict[str, int] = {}
     for episode in episodes:
         sizes[episode.group_id] = sizes.get(episode.group_id, 0) + 1
         seats = outcomes.setdefault(episode.group_id, {})
         for agent in episode.ego_agents:
-            seats.setdefault(agent, set()).add(episode.outcome(agent))
+            seats.setdefault(agent, set()).update(_seat_returns(episode, agent, penalty_scope))
     return [
         group for group, seats in outcomes.items()
         if sizes[group] > 1 and all(len(values) == 1 for values in seats.values())
     ]
 
 
-def replace_zero_spread_groups(episodes: Sequence[Episode], fresh: Sequence[Episode]) -> tuple[list[Episode], int]:
+def _seat_returns(episode: Episode, agent: str, penalty_scope: PenaltyScope) -> tuple[float, ...]:
+    """What `agent`'s side of `episode` learns from: its outcome (`game`) or its turns' outcomes (`turn`)."""
+    return episode.turn_outcomes(agent) if penalty_scope == "turn" else (episode.outcome(agent),)
+
+
+def replace_zero_spread_groups(
+    episodes: Sequence[Episode], fresh: Sequence[Episode], penalty_scope: PenaltyScope = "game"
+) -> tuple[list[Episode], int]:
     """`episodes` with zero-spread groups replaced, in order, by the groups of `fresh` that have spread; each
     replacement takes the place of the group it replaces. Returns the episodes and the number replaced."""
-    flat = zero_spread_group_ids(episodes)
-    flat_fresh = set(zero_spread_group_ids(fresh))
+    flat = zero_spread_group_ids(episodes, penalty_scope)
+    flat_fresh = set(zero_spread_group_ids(fresh, penalty_scope))
     useful: dict[str, list[Episode]] = {}
     for episode in fresh:
         if episode.group_id not in flat_fresh:
@@ -194,7 +208,9 @@ def compute_advantages(
         episode = scored.episode
         for agent in episode.ego_agents:
             buckets.setdefault((episode.group_id, agent if config.per_role else ""), []).append((scored, agent))
-            role_returns.setdefault((episode.game, agent), []).append(episode.outcome(agent))
+            role_returns.setdefault((episode.game, agent), []).extend(
+                _seat_returns(episode, agent, config.penalty_scope)
+            )
     role_means = {key: sum(values) / len(values) for key, values in role_returns.items()}
     if ema is not None:
         for (game, role), mean in role_means.items():
@@ -212,7 +228,14 @@ def compute_advantages(
             for turn in scored.episode.turns_of(agent)
         ]
         turn_scores = [scored.score_of(turn.turn_index) for _, scored, turn in turns]
-        returns = torch.tensor([scored.episode.outcome(agent) for scored, agent in members], dtype=torch.float64)
+        turn_episode = torch.tensor([index for index, _, _ in turns], dtype=torch.long)
+        if config.penalty_scope == "turn":  # one return per turn, the penalty on the turn that earned it
+            returns = torch.tensor(
+                [value for scored, agent in members for value in scored.episode.turn_outcomes(agent)],
+                dtype=torch.float64,
+            )
+        else:
+            returns = torch.tensor([scored.episode.outcome(agent) for scored, agent in members], dtype=torch.float64)
         scores = torch.tensor([s.score if s is not None else 0.0 for s in turn_scores], dtype=torch.float64)
         comparable = torch.tensor([s is not None and s.comparable for s in turn_scores], dtype=torch.bool)
         member_baseline = None
@@ -220,9 +243,12 @@ def compute_advantages(
             member_baseline = torch.tensor(
                 [ema.value(scored.episode.game, agent) for scored, agent in members], dtype=torch.float64
             )
+        if config.penalty_scope == "turn":
+            member_baseline = None if member_baseline is None else member_baseline[turn_episode]
+            turn_episode = torch.arange(len(turns))
         outcome, process = advantage_terms(
             returns,
-            torch.tensor([index for index, _, _ in turns], dtype=torch.long),
+            turn_episode,
             scores,
             comparable,
             config.eps,
@@ -232,7 +258,7 @@ def compute_advantages(
         outcome_terms.extend(outcome[comparable].tolist())
         process_terms.extend(process[comparable].tolist())
         singleton += int(len(members) == 1)
-        zero_spread += int(len(members) > 1 and bool(torch.all(returns == returns[0])))
+        zero_spread += int(len(members) > 1 and returns.numel() > 0 and bool(torch.all(returns == returns[0])))
         zero_process += int(bool(comparable.any()) and bool(torch.all(scores[comparable] == scores[comparable][0])))
         total_turns += len(turns)
         comparable_turns += int(comparable.sum())

@@ -83,6 +83,11 @@ class Episode:
         penalties = [turn.penalty for turn in self.turns_of(agent) if turn.penalty is not None]
         return min(penalties) if penalties else self.returns[agent]
 
+    def turn_outcomes(self, agent: str) -> tuple[float, ...]:
+        """The return each of `agent`'s turns learns from when the penalty lands on the turn that earned it
+        (`algorithm.penalty_scope: turn`): that turn's format penalty, else the game return."""
+        return tuple(self.returns[agent] if turn.penalty is None else turn.penalty for turn in self.turns_of(agent))
+
 
 @dataclass(frozen=True)
 class TurnScore:

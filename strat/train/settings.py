@@ -154,4 +154,5 @@ def advantage_config(config: ExperimentConfig) -> AdvantageConfig:
         baseline=algo.baseline,
         ema_decay=algo.ema_decay,
         drop_zero_signal=algo.zero_spread == "drop",
+        penalty_scope=algo.penalty_scope,
     )

@@ -403,7 +403,7 @@ class Trainer:
         weights: list[WeightsTag] = []
         started = time.perf_counter()
         for round_index in range(1, config.algorithm.resample_rounds + 1):
-            flat = zero_spread_group_ids(episodes)
+            flat = zero_spread_group_ids(episodes, config.algorithm.penalty_scope)
             if not flat:
                 break
             shares = [
@@ -414,7 +414,7 @@ class Trainer:
             fresh, round_weights = self.fleet.gather(shares, f"step {step} resampling")
             weights.extend(round_weights)
             played += len(flat)
-            episodes, swapped = replace_zero_spread_groups(episodes, fresh)
+            episodes, swapped = replace_zero_spread_groups(episodes, fresh, config.algorithm.penalty_scope)
             replaced += swapped
         return episodes, weights, {
             "groups/resampled": float(replaced),

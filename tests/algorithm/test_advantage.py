@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 from strat.algorithm.advantage import AdvantageConfig, RoleBaseline, compute_advantages, group_advantages, normalise
+from strat.config import load_config
+from strat.errors import ConfigError
+from strat.train.settings import advantage_config
 
 from .helpers import episode, scored, turn
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _two_groups() -> list:
@@ -165,6 +171,68 @@ def test_format_penalty_replaces_the_return() -> None:
     samples, _ = compute_advantages([scored(a, {}), scored(b, {})], AdvantageConfig(mode="outcome", eps=0.0))
     # Outcomes -3 and -1: mean -2, std 1.
     assert _by_key(samples) == {("a", 0): -1.0, ("b", 0): 1.0}
+
+
+def _penalised_group() -> list:
+    """Two games of player_0: a won one (+1) whose second turn was invalid (-2), and a lost one (-1)."""
+    a = episode(
+        "a", "g", [turn("player_0", 0), turn("player_1", 1), turn("player_0", 2, penalty=-2.0)],
+        {"player_0": 1.0, "player_1": -1.0},
+    )
+    b = episode("b", "g", [turn("player_0", 0)], {"player_0": -1.0, "player_1": 1.0})
+    return [scored(a, {}), scored(b, {})]
+
+
+def test_a_turn_scoped_penalty_lands_on_the_turn_that_earned_it() -> None:
+    # Scope game: outcomes -2 (a) and -1 (b), mean -1.5, std 0.5: both of a's turns -1, b's +1.
+    game, _ = compute_advantages(_penalised_group(), AdvantageConfig(mode="outcome", eps=0.0))
+    assert _by_key(game) == {("a", 0): -1.0, ("a", 2): -1.0, ("b", 0): 1.0}
+    # Scope turn: returns +1 (a's valid turn), -2 (a's invalid turn), -1 (b), over the group's turns: mean -2/3,
+    # population std sqrt(((5/3)^2 + (4/3)^2 + (1/3)^2) / 3) = sqrt(42) / 3 / sqrt(3).
+    turn_scoped, stats = compute_advantages(
+        _penalised_group(), AdvantageConfig(mode="outcome", eps=0.0, penalty_scope="turn")
+    )
+    std = math.sqrt(42 / 27)
+    assert _by_key(turn_scoped) == pytest.approx(
+        {("a", 0): (5 / 3) / std, ("a", 2): (-4 / 3) / std, ("b", 0): (-1 / 3) / std}
+    )
+    assert stats.zero_spread_groups == 0 and stats.turns == 3
+
+
+def test_turn_scope_keeps_signal_when_every_game_holds_an_invalid_turn() -> None:
+    """Both games penalised: with scope `game` the group is flat (-2, -2); with `turn` the invalid turns (-2)
+    stand against the valid ones (+1, -1): mean -1, std sqrt(3/2) over the four turns."""
+    games = [
+        scored(episode(name, "g", [turn("player_0", 0), turn("player_0", 2, penalty=-2.0)],
+                       {"player_0": value, "player_1": -value}), {})
+        for name, value in (("a", 1.0), ("b", -1.0))
+    ]
+    flat, stats = compute_advantages(games, AdvantageConfig(mode="outcome", eps=0.0))
+    assert all(s.advantage == 0.0 for s in flat) and stats.zero_spread_groups == 1
+    samples, stats = compute_advantages(games, AdvantageConfig(mode="outcome", eps=0.0, penalty_scope="turn"))
+    std = math.sqrt(1.5)
+    assert _by_key(samples) == pytest.approx(
+        {("a", 0): 2 / std, ("a", 2): -1 / std, ("b", 0): 0.0, ("b", 2): -1 / std}
+    )
+    assert stats.zero_spread_groups == 0
+
+
+def test_the_penalty_scope_is_read_from_the_config() -> None:
+    config = load_config(ROOT / "configs" / "kuhn_poker_tiny.yaml", ["algorithm.penalty_scope=turn"])
+    assert advantage_config(config).penalty_scope == "turn"
+    assert advantage_config(load_config(ROOT / "configs" / "kuhn_poker_tiny.yaml")).penalty_scope == "game"
+    with pytest.raises(ConfigError, match="penalty_scope"):
+        load_config(ROOT / "configs" / "kuhn_poker_tiny.yaml", ["algorithm.penalty_scope=episode"])
+
+
+def test_turn_scope_against_an_ema_baseline() -> None:
+    """The running baseline starts at the mean of the turns' returns (-2/3) and each turn is measured against it."""
+    baseline = RoleBaseline(decay=0.5)
+    samples, _ = compute_advantages(
+        _penalised_group(), AdvantageConfig(mode="outcome", baseline="ema", penalty_scope="turn"), baseline
+    )
+    assert _by_key(samples) == pytest.approx({("a", 0): 5 / 3, ("a", 2): -4 / 3, ("b", 0): -1 / 3})
+    assert baseline.value("kuhn_poker", "player_0") == pytest.approx(-2 / 3)
 
 
 def test_ema_baseline_by_hand_and_state_round_trip() -> None:

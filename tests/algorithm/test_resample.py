@@ -30,6 +30,26 @@ def test_a_group_is_flat_when_every_learning_seat_got_one_outcome() -> None:
     assert zero_spread_group_ids(episodes) == ["a", "c"]
 
 
+def test_with_turn_scoped_penalties_a_group_of_penalised_games_is_flat_only_when_every_turn_is() -> None:
+    both_penalised = _group("a", [1.0, 1.0], penalty_in=0) + _group("a2", [1.0])  # -3 and 1: spread either way
+    every_game = [
+        episode(f"b-e{i}", "b", [turn("player_0", 0), turn("player_0", 2, penalty=-3.0)],
+                {"player_0": 1.0, "player_1": -1.0})
+        for i in range(2)
+    ]
+    all_invalid = [
+        episode(f"c-e{i}", "c", [turn("player_0", 0, penalty=-3.0)], {"player_0": float(i), "player_1": 0.0})
+        for i in range(2)
+    ]
+    episodes = both_penalised + every_game + all_invalid
+    # Scope game: b's games both end at the penalty (flat), and so do c's.
+    assert zero_spread_group_ids(episodes) == ["b", "c"]
+    # Scope turn: b's valid turns (+1) stand against its invalid ones (-3); c has only invalid turns.
+    assert zero_spread_group_ids(episodes, "turn") == ["c"]
+    replaced, count = replace_zero_spread_groups(episodes, _group("r", [1.0, -1.0]), "turn")
+    assert count == 1 and [e.group_id for e in replaced][-2:] == ["r", "r"]
+
+
 def test_fresh_groups_with_spread_take_the_flat_groups_places_in_order() -> None:
     episodes = _group("a", [1.0, 1.0]) + _group("b", [1.0, -1.0]) + _group("c", [-1.0, -1.0])
     fresh = _group("r1", [2.0, 2.0]) + _group("r2", [2.0, -2.0]) + _group("r3", [1.0, -2.0])
