@@ -123,10 +123,6 @@ class WarmStartConfig(_Section):
     """A guard for slow machines: training stops after this long (then not reproducible)."""
     seed: int = Field(0, ge=0)
     """Seed of the transcripts' games and of the shuffling (part of the cache key)."""
-    move_weight: float = Field(1.0, gt=0.0)
-    """Loss weight of the tokens that name a legal move (every token of each mention) against 1 for the other
-    response tokens. A move is a token or two of a templated response of ~100: at 1 a small model can learn the
-    template and not which move to name (tic-tac-toe's 2-layer model named cells at random, legal or not)."""
 
 
 class EngineConfig(_Section):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import random
 import re
 from collections.abc import Sequence
@@ -258,21 +256,6 @@ def move_mention_indices(pieces: Sequence[str], names: Sequence[str]) -> list[in
         if not indices or indices[-1] != index:
             indices.append(index)
     return indices
-
-
-def move_mention_tokens(pieces: Sequence[str], names: Sequence[str]) -> list[int]:
-    """Indices of every token that holds a character of a whole-word, case-insensitive mention of one of `names`, in
-    a response whose tokens decode to `pieces` (a move of several tokens, "c" then "2", counts in full)."""
-    pattern = _move_pattern(tuple(names))
-    if pattern is None or not pieces:
-        return []
-    ends = list(itertools.accumulate(len(piece) for piece in pieces))
-    indices: set[int] = set()
-    for match in pattern.finditer("".join(pieces)):
-        first = bisect.bisect_right(ends, match.start())
-        last = bisect.bisect_right(ends, match.end() - 1)
-        indices.update(range(first, last + 1))
-    return sorted(indices)
 
 
 def misstates_private_info(text: str, private: str) -> bool:

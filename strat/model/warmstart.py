@@ -38,7 +38,6 @@ from strat.algorithm.reasoning import (
     OWN_INFO_LEAD,
     build_messages,
     decide,
-    move_mention_tokens,
     parse_response,
     render_response,
 )
@@ -203,18 +202,10 @@ def transcripts(
 
     Deterministic for a seed: deals, the players' choices and the template phrasing each have their own seeded stream.
     """
-    return transcripts_with_moves(game, depth, episodes, seed, player, options)[0]
-
-
-def transcripts_with_moves(
-    game: str, depth: int, episodes: int, seed: int, player: str = "random", options: GameOptions = ()
-) -> tuple[list[Example], list[tuple[str, ...]]]:
-    """`transcripts`, and the names of the legal moves at each example's decision."""
     _check_player(player)
     env = games.make(game, **dict(options))
     phrasing = random.Random(seed)
     examples: list[Example] = []
-    moves: list[tuple[str, ...]] = []
     for episode in range(episodes):
         env.reset(seed=seed * 1_000_003 + episode)
         players = {
@@ -226,9 +217,8 @@ def transcripts_with_moves(
             action = players[agent].act(env, agent)
             response = templated_response(env, agent, action, depth, phrasing)
             examples.append((build_messages(env, agent, depth), response))
-            moves.append(tuple(env.action_name(legal, agent) for legal in env.legal_actions(agent)))
             env.step(action)
-    return examples, moves
+    return examples
 
 
 # --- supervised training -------------------------------------------------------------------------------------------
@@ -256,9 +246,6 @@ class WarmStartSettings:
     """The scripted player in every seat: one of WEAK_PLAYERS."""
     game_options: GameOptions = ()
     """The game's options as sorted (key, value) pairs, e.g. (("players", 3),); the transcripts are of that game."""
-    move_weight: float = 1.0
-    """Loss weight of the tokens of each mention of a legal move in a response, against 1 for every other response
-    token (`move_token_weights`)."""
 
     def __post_init__(self) -> None:
         _check_player(self.player)
@@ -267,11 +254,8 @@ class WarmStartSettings:
         for name in ("episodes", "epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"warm-start {name} must be >= 1, got {getattr(self, name)}")
-        if not self.lr > 0 or not self.max_seconds > 0 or not self.move_weight > 0:
-            raise ValueError(
-                f"warm-start lr, max_seconds and move_weight must be > 0, got {self.lr}, {self.max_seconds} and "
-                f"{self.move_weight}"
-            )
+        if not self.lr > 0 or not self.max_seconds > 0:
+            raise ValueError(f"warm-start lr and max_seconds must be > 0, got {self.lr} and {self.max_seconds}")
 
 
 def _token_ids(encoded: object) -> list[int]:
@@ -281,49 +265,25 @@ def _token_ids(encoded: object) -> list[int]:
     return list(encoded)
 
 
-def encode_example(
-    tokenizer, messages: Messages, response: str, moves: Sequence[str] = (), move_weight: float = 1.0
-) -> tuple[list[int], list[int], list[float]]:
-    """(input ids, labels, loss weights): the chat prompt then the response and end-of-turn token; labels are
-    IGNORE_INDEX and weights 0 on the prompt, so only the response is learned; `move_token_weights` on the response."""
+def encode_example(tokenizer, messages: Messages, response: str) -> tuple[list[int], list[int]]:
+    """(input ids, labels): the chat prompt then the response and end-of-turn token; labels are IGNORE_INDEX on the
+    prompt, so only the response is learned."""
     prompt = chat_prompt_ids(tokenizer, messages)
     target = _token_ids(tokenizer(response, add_special_tokens=False)) + [tokenizer.eos_token_id]
-    weights = move_token_weights(tokenizer, target, moves, move_weight)
-    return prompt + target, [IGNORE_INDEX] * len(prompt) + target, [0.0] * len(prompt) + weights
+    return prompt + target, [IGNORE_INDEX] * len(prompt) + target
 
 
-def move_token_weights(tokenizer, target: Sequence[int], moves: Sequence[str], move_weight: float) -> list[float]:
-    """Loss weights of a response's tokens: `move_weight` on every token of each mention of one of `moves` (the
-    decision's legal moves, as `move_mention_tokens` finds them), 1 elsewhere.
-
-    A move is a token or two of a templated response of a hundred: at equal weights a small model learns the template
-    long before it learns which move to name, or to name the same move in `<plan>` and `<action>` (tic-tac-toe's
-    warm-started model put 11% of its cell probability on the cell its own plan named, 1 in 9)."""
-    weights = [1.0] * len(target)
-    if move_weight != 1.0 and moves:
-        pieces = [tokenizer.decode([token]) for token in target]
-        for index in move_mention_tokens(pieces, moves):
-            weights[index] = move_weight
-    return weights
-
-
-def collate(encoded: Sequence[tuple[list[int], list[int], list[float]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded input ids, attention mask, labels (IGNORE_INDEX on padding) and loss weights (0 on padding) for
-    a batch; no weights when every response token weighs 1 (the plain mean cross-entropy)."""
-    width = max(len(ids) for ids, _, _ in encoded)
+def collate(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded input ids, attention mask and labels (IGNORE_INDEX on padding) for a batch."""
+    width = max(len(ids) for ids, _ in encoded)
     input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
     labels = torch.full((len(encoded), width), IGNORE_INDEX, dtype=torch.long)
-    weights = torch.zeros((len(encoded), width), dtype=torch.float32)
     attention = torch.zeros((len(encoded), width), dtype=torch.long)
-    for row, (ids, target, weight) in enumerate(encoded):
+    for row, (ids, target) in enumerate(encoded):
         input_ids[row, : len(ids)] = torch.tensor(ids)
         labels[row, : len(ids)] = torch.tensor(target)
-        weights[row, : len(ids)] = torch.tensor(weight)
         attention[row, : len(ids)] = 1
-    batch = {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
-    if bool(((weights != 1.0) & (labels != IGNORE_INDEX)).any()):
-        batch["weights"] = weights
-    return batch
+    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
 
 
 def _shared_prefix(batch: Mapping[str, torch.Tensor]) -> int:
@@ -357,13 +317,7 @@ def _response_loss(model, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         use_cache=cache is not None,
     ).logits[:, :-1]
     targets = batch["labels"][:, shared + 1 :]
-    flat_logits, flat_targets = logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1)
-    if "weights" not in batch:
-        return F.cross_entropy(flat_logits, flat_targets, ignore_index=IGNORE_INDEX)
-    # Weighted mean over the labelled tokens: sum(w * ce) / sum(w).
-    weights = batch["weights"][:, shared + 1 :].reshape(-1)
-    losses = F.cross_entropy(flat_logits, flat_targets, ignore_index=IGNORE_INDEX, reduction="none")
-    return (weights * losses).sum() / weights.sum()
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
 def _lr_factor(step: int, total: int) -> float:
@@ -390,17 +344,11 @@ def _save_atomically(model, tokenizer, out_dir: Path, info: dict[str, object]) -
 
 
 def _train(
-    model_dir: Path,
-    out_dir: Path,
-    game: str,
-    settings: WarmStartSettings,
-    examples: list[Example],
-    moves: list[tuple[str, ...]],
+    model_dir: Path, out_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]
 ) -> dict[str, float]:
-    """Fine-tune on `examples` (`moves`: each one's legal moves) and save to `out_dir`; the figures that warm_start
-    returns."""
+    """Fine-tune on `examples` and save to `out_dir`; the figures that warm_start returns."""
     with _warm_start_threads(torch):
-        return _fit(model_dir, out_dir, game, settings, examples, moves)
+        return _fit(model_dir, out_dir, game, settings, examples)
 
 
 @contextlib.contextmanager
@@ -418,21 +366,13 @@ def _warm_start_threads(torch):  # noqa: ANN001, ANN202  (torch is imported lazi
 
 
 def _fit(
-    model_dir: Path,
-    out_dir: Path,
-    game: str,
-    settings: WarmStartSettings,
-    examples: list[Example],
-    moves: list[tuple[str, ...]],
+    model_dir: Path, out_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]
 ) -> dict[str, float]:
     start = time.monotonic()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
     model.train()
-    encoded = [
-        encode_example(tokenizer, messages, response, legal, settings.move_weight)
-        for (messages, response), legal in zip(examples, moves, strict=True)
-    ]
+    encoded = [encode_example(tokenizer, messages, response) for messages, response in examples]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.0)
     per_epoch = math.ceil(len(encoded) / settings.batch_size)
@@ -489,9 +429,9 @@ def _fit(
 def warm_start(model_dir: Path, out_dir: Path, game: str, settings: WarmStartSettings) -> dict[str, float]:
     """Fine-tune the model in `model_dir` on templated transcripts of `game` (loss on response tokens only) and save it
     to `out_dir` atomically; returns examples, steps, first/final loss, stopped_early (0/1) and seconds."""
-    examples, moves = transcripts_with_moves(game, settings.depth, settings.episodes, settings.seed, settings.player,
-                                             settings.game_options)
-    return _train(Path(model_dir), Path(out_dir), game, settings, examples, moves)
+    examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player,
+                           settings.game_options)
+    return _train(Path(model_dir), Path(out_dir), game, settings, examples)
 
 
 def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]) -> str:
@@ -508,8 +448,6 @@ def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples
     fields = asdict(settings)
     if not settings.game_options:  # keys of runs without options stay what they were before options existed
         del fields["game_options"]
-    if settings.move_weight == 1.0:  # and so do those of runs that weigh every response token alike
-        del fields["move_weight"]
     payload = {"version": WARM_VERSION, "game": game, "settings": fields, "transcripts": text}
     digest.update(json.dumps(payload, sort_keys=True).encode())
     return digest.hexdigest()[:16]
@@ -518,10 +456,10 @@ def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples
 def ensure_warm(model_dir: Path, game: str, settings: WarmStartSettings) -> Path:
     """The cached warm-started copy of `model_dir`, trained on first use; safe when several processes race."""
     model_dir = Path(model_dir)
-    examples, moves = transcripts_with_moves(game, settings.depth, settings.episodes, settings.seed, settings.player,
-                                             settings.game_options)
+    examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player,
+                           settings.game_options)
     target = cache_dir() / "warm" / f"{game}-{_cache_key(model_dir, game, settings, examples)}"
-    built = build_once(target, lambda out: _train(model_dir, out, game, settings, examples, moves))
+    built = build_once(target, lambda out: _train(model_dir, out, game, settings, examples))
     if not stopped_early(built):
         return built
     # Cut short by max_seconds (a slow or busy machine): this run uses it, but it is moved out of the cache, so

@@ -141,7 +141,7 @@ def warm_start_settings(config: ExperimentConfig) -> WarmStartSettings:
     return WarmStartSettings(
         episodes=warm.episodes, epochs=warm.epochs, lr=warm.lr, batch_size=warm.batch_size,
         max_seconds=warm.max_seconds, seed=warm.seed, depth=config.reasoning.depth, player=warm.player,
-        game_options=tuple(sorted(config.game.options.items())), move_weight=warm.move_weight,
+        game_options=tuple(sorted(config.game.options.items())),
     )
 
 

@@ -193,8 +193,7 @@ def test_only_weak_players_are_imitated() -> None:
 def test_labels_cover_exactly_the_response_and_end_of_turn(tiny_model_dir: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     (messages, response), *_ = transcripts(GAME, DEPTH, 1, seed=0)
-    ids, labels, weights = encode_example(tokenizer, messages, response)
-    assert weights == [0.0 if label == IGNORE_INDEX else 1.0 for label in labels]
+    ids, labels = encode_example(tokenizer, messages, response)
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
     assert ids[: len(prompt)] == list(prompt)
     assert labels[: len(prompt)] == [IGNORE_INDEX] * len(prompt)
@@ -213,7 +212,7 @@ def test_loss_is_cross_entropy_on_response_tokens_only(tiny_model_dir: Path) -> 
     # Reference: a plain forward pass per example, scored at the response positions found from the prompt length.
     total, count = 0.0, 0
     with torch.no_grad():
-        for ids, labels, _ in encoded:
+        for ids, labels in encoded:
             start = labels.count(IGNORE_INDEX)
             logits = model(torch.tensor([ids])).logits[0]
             target = torch.tensor(ids[start:])
@@ -222,49 +221,6 @@ def test_loss_is_cross_entropy_on_response_tokens_only(tiny_model_dir: Path) -> 
         loss = warmstart._response_loss(model, batch)
     assert warmstart._shared_prefix(batch) > 100  # the system prompt is encoded once for the batch
     assert loss.item() == pytest.approx(total / count, rel=1e-4)
-    assert "weights" not in batch  # every response token weighs 1: the plain mean
-
-
-def test_move_tokens_weigh_move_weight_every_other_response_token_one(tiny_model_dir: Path) -> None:
-    """Tic-tac-toe's cells are two tokens each (" c", "2"): every token of each mention of a legal cell gets the
-    weight; the opponent's past moves (cells no longer legal) and the template's words keep 1."""
-    from strat.model import tiny
-
-    tokenizer = tiny.build_tokenizer(tiny.corpus("tic_tac_toe"), tiny.TinyModelSettings().vocab_size)
-    examples, moves = warmstart.transcripts_with_moves("tic_tac_toe", 2, 2, seed=0)
-    (messages, response), legal = examples[3], moves[3]
-    ids, labels, weights = encode_example(tokenizer, messages, response, legal, 10.0)
-    start = labels.count(IGNORE_INDEX)
-    assert weights[:start] == [0.0] * start
-    heavy = "".join(tokenizer.decode([token]).strip() for token, w in zip(ids, weights, strict=True) if w == 10.0)
-    played = response.split("<action>")[1].split("</action>")[0]
-    predicted = response.split("<predict>")[1].split("</predict>")[0]
-    assert played in legal and predicted in legal
-    # their_view, plan and action name the move played, predict names the opponent's; nothing else is weighted.
-    assert heavy == played * 2 + predicted + played
-    assert set(weights[start:]) == {1.0, 10.0}
-    assert warmstart.move_token_weights(tokenizer, ids[start:], legal, 1.0) == [1.0] * (len(ids) - start)
-
-
-def test_the_weighted_loss_by_hand(tiny_model_dir: Path) -> None:
-    """sum(w * ce) / sum(w) over the response tokens, against a plain forward pass per example."""
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    examples, moves = warmstart.transcripts_with_moves(GAME, DEPTH, 3, seed=1)
-    encoded = [encode_example(tokenizer, m, r, legal, 5.0) for (m, r), legal in zip(examples[:4], moves[:4])]
-    batch = collate(encoded, tokenizer.pad_token_id)
-    assert "weights" in batch
-    total, weight = 0.0, 0.0
-    with torch.no_grad():
-        for ids, labels, weights in encoded:
-            start = labels.count(IGNORE_INDEX)
-            logits = model(torch.tensor([ids])).logits[0]
-            losses = F.cross_entropy(logits[start - 1 : -1], torch.tensor(ids[start:]), reduction="none")
-            total += float((losses * torch.tensor(weights[start:])).sum())
-            weight += sum(weights[start:])
-        loss = warmstart._response_loss(model, batch)
-    assert weight > len([w for _, labels, _ in encoded for w in labels if w != IGNORE_INDEX])  # some weigh 5
-    assert loss.item() == pytest.approx(total / weight, rel=1e-4)
 
 
 def test_warm_start_writes_a_loadable_model_atomically(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -332,8 +288,6 @@ def test_ensure_warm_keys_by_weights_settings_and_transcripts(tiny_model_dir: Pa
     assert key != warmstart._cache_key(other_model_dir, GAME, settings, examples)
     assert key != warmstart._cache_key(tiny_model_dir, GAME, WarmStartSettings(episodes=3, depth=1, lr=1e-3), examples)
     assert key != warmstart._cache_key(tiny_model_dir, GAME, settings, examples[:-1])
-    weighted = WarmStartSettings(episodes=3, depth=1, move_weight=10.0)
-    assert key != warmstart._cache_key(tiny_model_dir, GAME, weighted, examples)
 
 
 def test_ensure_warm_keys_by_architecture_when_the_weights_are_identical(tiny_model_dir: Path, tmp_path: Path) -> None:
