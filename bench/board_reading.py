@@ -98,8 +98,11 @@ def read_boards(model, tokenizer, states: int, seed: int = 0, depth: int = 2) ->
         at_action = at(ACTION_TAG, False)
         action.append(sum(p for cell, p in at_action.items() if cell in legal))
         planned.append(at_action[env.action_name(move, agent)])
-    mean = lambda values: sum(values) / len(values) if values else float("nan")  # noqa: E731
-    return Reading(len(action), mean(first), mean(action), mean(planned))
+    return Reading(len(action), _mean(first), _mean(action), _mean(planned))
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
 
 
 def main() -> None:
@@ -117,7 +120,7 @@ def main() -> None:
         parser.error(f"the reading is written for {GAME}, not {config.game.name}")
     model_dir = args.model or Trainer.initial_model_path(config)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True).eval()
     reading = read_boards(model, tokenizer, args.states, args.seed, config.reasoning.depth)
     print(f"model {model_dir}; {reading.states} decisions")
     print(f"legal mass at the first mention: {reading.legal_at_first_mention:.3f}")

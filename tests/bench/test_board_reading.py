@@ -21,7 +21,8 @@ def reading():
 @pytest.fixture(scope="module")
 def board_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, object]:
     model_dir: Path = tiny.build("tic_tac_toe", tmp_path_factory.mktemp("models") / "ttt", seed=0)
-    return AutoModelForCausalLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, use_safetensors=True).eval()
+    return model, AutoTokenizer.from_pretrained(model_dir)
 
 
 def test_cell_probabilities_against_one_forward_pass_per_token(reading, board_model) -> None:
