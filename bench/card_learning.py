@@ -14,8 +14,8 @@ each step is one `PolicyLearner.update` with the config's loss, learning rate an
 into the engine.
 
 Per step it prints the validity, the fraction of target moves and each card's bet rate; at the end, how far the
-bet log-odds moved from step 0 (the baseline, measured in the same run) to the last `--pool` steps pooled in the direction shared by every card and
-in the card-specific direction the target asks for (King against the mean of Jack and Queen). With perfect
+bet log-odds moved from step 0 (the baseline, measured in the same run) to the last `--pool` steps pooled, in the
+direction shared by every card and in the card-specific direction the target asks for (King against the mean of Jack and Queen). With perfect
 advantages a learner that can learn the game moves the card-specific log-odds; one that moves mostly the shared
 one cannot get below 0.333 whatever the signal. Each figure comes with its 95% half-width from sampling alone
 (8 samples x 4 information sets per card and step give about ± 1.4 on the card-specific figure at the defaults):
