@@ -229,13 +229,12 @@ def compute_advantages(
         ]
         turn_scores = [scored.score_of(turn.turn_index) for _, scored, turn in turns]
         turn_episode = torch.tensor([index for index, _, _ in turns], dtype=torch.long)
-        if config.penalty_scope == "turn":  # one return per turn, the penalty on the turn that earned it
-            returns = torch.tensor(
-                [value for scored, agent in members for value in scored.episode.turn_outcomes(agent)],
-                dtype=torch.float64,
-            )
-        else:
-            returns = torch.tensor([scored.episode.outcome(agent) for scored, agent in members], dtype=torch.float64)
+        # One return per member (`game`), or per turn (`turn`: the penalty on the turn that earned it).
+        returns = torch.tensor(
+            [value for scored, agent in members
+             for value in _seat_returns(scored.episode, agent, config.penalty_scope)],
+            dtype=torch.float64,
+        )
         scores = torch.tensor([s.score if s is not None else 0.0 for s in turn_scores], dtype=torch.float64)
         comparable = torch.tensor([s is not None and s.comparable for s in turn_scores], dtype=torch.bool)
         member_baseline = None
