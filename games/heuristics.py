@@ -151,10 +151,37 @@ def leduc_poker_contrarian(env: LeducPokerEnv, agent: str) -> dict[int, float]:
     return _lean(FOLD, legal)
 
 
+def liars_dice_contrarian(env: LiarsDiceEnv, agent: str) -> dict[int, float]:
+    """Liar's dice read the wrong way round, half the time: doubt ("liar") a bid its own die backs (a bid on its
+    face, or any bid when its die is wild), and otherwise bid a face its die does not back, at the lowest count
+    left; else uniform. With a wild die nothing is unbacked, so its opening bid is uniform."""
+    legal, dice = env.legal_actions(agent), env.dice(agent)
+
+    def backed(face: int) -> bool:
+        return any(d == face or d == env.sides for d in dice)
+
+    current = env.current_bid()
+    if current is not None and backed(env.bid(current)[1]):
+        return _lean(env.liar_action, legal)
+    bluffs = [a for a in legal if a != env.liar_action and not backed(env.bid(a)[1])]
+    if bluffs:
+        lowest = min(env.bid(a)[0] for a in bluffs)
+        return _lean_set([a for a in bluffs if env.bid(a)[0] == lowest], legal)
+    return _lean(env.liar_action, legal) if env.liar_action in legal else _uniform(legal)
+
+
 def _lean(action: int, legal: list[int], weight: float = 0.5) -> dict[int, float]:
     """`action` with probability `weight`, else uniform over `legal` (so every legal move keeps some chance)."""
     probs = dict.fromkeys(legal, (1.0 - weight) / len(legal))
     probs[action] += weight
+    return probs
+
+
+def _lean_set(actions: list[int], legal: list[int], weight: float = 0.5) -> dict[int, float]:
+    """One of `actions` (uniformly) with probability `weight`, else uniform over `legal`."""
+    probs = dict.fromkeys(legal, (1.0 - weight) / len(legal))
+    for action in actions:
+        probs[action] += weight / len(actions)
     return probs
 
 
@@ -171,9 +198,10 @@ def kuhn_poker_timid(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
 CONTRARIAN: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
     "kuhn_poker": kuhn_poker_contrarian,
     "leduc_poker": leduc_poker_contrarian,
+    "liars_dice": liars_dice_contrarian,
 }
-"""Deliberately weak players that read their cards the wrong way round: a warm start that imitates them learns
-to act on its private information (the pathway RL needs) without any of the strategy."""
+"""Deliberately weak players that read their cards (or die) the wrong way round: a warm start that imitates them
+learns to act on its private information (the pathway RL needs) without any of the strategy."""
 
 TIMID: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
     "kuhn_poker": kuhn_poker_timid,

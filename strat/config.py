@@ -114,8 +114,9 @@ class WarmStartConfig(_Section):
     """Transcripts per optimizer step."""
     player: WarmStartPlayer = "random"
     """The scripted player whose moves the transcripts show; never the equilibrium. `contrarian` (Kuhn and Leduc
-    poker) leans to the wrong move for its cards (that move half the time, else uniform): worse than random, but its moves depend on
-    the private card, so the warm-started model already attends to it and RL only has to turn the mapping around.
+    poker, Liar's dice) leans to the wrong move for its cards or die (that move half the time, else uniform; in Liar's
+    dice it doubts the bids its die backs and bids the faces it does not): worse than random, but its moves depend on
+    the private card or die, so the warm-started model already attends to it and RL only has to turn the mapping around.
     `timid` (Kuhn poker) ranks its cards the right way round but rarely bets or calls (the King half the time, the
     Queen one time in four, the Jack one time in ten): more exploitable than always betting, and RL has to learn
     how often to bet, bluff and call rather than which card is which."""

@@ -50,6 +50,8 @@ class Turn:
     """The format penalty this turn earned, None when the action was valid."""
     misstated: bool = False
     """The response restated the player's own private information wrongly."""
+    truncated: bool = False
+    """The response stopped at the token limit (`reasoning.max_new_tokens`) instead of ending by itself."""
     response: ParsedResponse | None = None
     prompt_text: str = ""
     response_text: str = ""

@@ -13,8 +13,20 @@ from strat.errors import ConfigError
 from strat.eval.exploitability import exploitable
 from strat.eval.policies import Policy, ScriptedPolicy, play_tables, seat_rotations
 from strat.eval.report import EvalReport
-from strat.eval.stats import cot_result, head_to_head_result, match_result, validity
+from strat.eval.stats import cot_result, head_to_head_result, match_result, truncation, validity
 from strat.train.rollout import derive_seed
+
+TRUNCATION_NOTE = 0.1
+"""The share of the policy's responses cut off at the token limit from which the report says so."""
+
+
+def truncation_note(share: float, max_new_tokens: int | None) -> str:
+    """What the report says when many responses stopped at the token limit: a cut-off response has no
+    `<action>`, so it plays the fallback, and the figures are the fallback's rather than the model's."""
+    limit = f"the limit of {max_new_tokens} new tokens" if max_new_tokens is not None else "the token limit"
+    return (f"{share:.0%} of the policy's responses stopped at {limit} before they ended; a cut-off response "
+            "names no action and plays the fallback, so these figures are partly the fallback's: raise "
+            "--max-new-tokens (a bare model directory gets reasoning.max_new_tokens' default)")
 
 
 def evaluate_policy(
@@ -47,6 +59,9 @@ def evaluate_policy(
         exploitability = policy.exploitability(samples_per_infoset, derive_seed(seed, "exploitability"), bootstrap)
     elif computable:
         notes.append("exploitability skipped: --samples-per-infoset 0")
+    truncated = truncation(episodes)
+    if truncated is not None and truncated.value >= TRUNCATION_NOTE:
+        notes.append(truncation_note(truncated.value, policy.info.max_new_tokens))
     report = EvalReport(
         game=game,
         game_options=dict(options),
@@ -55,6 +70,7 @@ def evaluate_policy(
         matches=tuple(match_result(name, by_opponent[name]) for name in opponents),
         exploitability=exploitability,
         validity=validity(episodes),
+        truncated=truncated,
         cot=cot_result(scored),
         notes=tuple(notes),
     )

@@ -50,6 +50,8 @@ class EvalReport:
     exploitability: ExploitabilityEstimate | None = None
     validity: Estimate | None = None
     """Share of the policy's LLM turns with a legal action; invalid output played the random legal fallback."""
+    truncated: Estimate | None = None
+    """Share of the policy's LLM turns whose response stopped at the token limit (`max_new_tokens`)."""
     cot: CotResult | None = None
     head_to_head: HeadToHead | None = None
     notes: tuple[str, ...] = ()
@@ -181,8 +183,8 @@ def render_markdown(report: EvalReport, files: Sequence[str] = ()) -> str:
     if report.validity is not None:
         lines += ["## Format validity", ""]
         lines += _table(
-            ["valid responses", "LLM turns"],
-            [[_percent(report.validity), str(report.validity.n)]],
+            ["valid responses", "cut off at the token limit", "LLM turns"],
+            [[_percent(report.validity), _percent(report.truncated), str(report.validity.n)]],
         )
     if report.cot is not None:
         cot = report.cot

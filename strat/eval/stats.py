@@ -217,6 +217,15 @@ def validity(episodes: Sequence[Episode]) -> Estimate | None:
     return rate_estimate(sum(turn.valid for turn in turns), len(turns)) if turns else None
 
 
+def truncation(episodes: Sequence[Episode]) -> Estimate | None:
+    """The share of the ego agents' LLM turns whose response stopped at the token limit; None without LLM turns."""
+    turns = [
+        turn for episode in episodes for turn in episode.turns
+        if turn.agent in episode.ego_agents and turn.response is not None
+    ]
+    return rate_estimate(sum(turn.truncated for turn in turns), len(turns)) if turns else None
+
+
 def cot_result(scored: Sequence[ScoredEpisode]) -> CotResult | None:
     """Means of the comparator's per-turn scores over `scored`; None when no turn was scored."""
     scores = [score for item in scored for score in item.scores]

@@ -288,6 +288,7 @@ def llm_turns(player: LLMPlayer, batch: Sequence[LiveGame], seed: int, observe: 
                 fallback_used=decision.fallback_used,
                 penalty=penalty,
                 misstated=misstated,
+                truncated=generation.finish_reason == "length",
                 response=parsed,
                 prompt_text=user_prompt(env, agent, OBSERVATION_DEPTH) if observe else "",
                 response_text=generation.text,

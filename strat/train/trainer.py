@@ -63,7 +63,7 @@ def _due(step: int, every: int) -> bool:
 
 def episode_metrics(scored: list[ScoredEpisode]) -> dict[str, float]:
     """Reward, format validity and CoT figures of a step's ego turns."""
-    ego_returns, valid, misstated, llm_turns, tokens = [], 0, 0, 0, 0
+    ego_returns, valid, misstated, truncated, llm_turns, tokens = [], 0, 0, 0, 0, 0
     scores, predicts, beliefs = [], [], []
     for item in scored:
         episode = item.episode
@@ -73,6 +73,7 @@ def episode_metrics(scored: list[ScoredEpisode]) -> dict[str, float]:
                 llm_turns += 1
                 valid += int(turn.valid and turn.response.format_valid)
                 misstated += int(turn.misstated)
+                truncated += int(turn.truncated)
                 tokens += len(turn.response_token_ids)
         for score in item.scores:
             if score.comparable:
@@ -90,6 +91,7 @@ def episode_metrics(scored: list[ScoredEpisode]) -> dict[str, float]:
         "reward/mean": mean(ego_returns),
         "format/valid_rate": valid / llm_turns if llm_turns else None,
         "format/misstated_rate": misstated / llm_turns if llm_turns else None,
+        "format/truncated_rate": truncated / llm_turns if llm_turns else None,
         "cot/score_mean": mean(scores),
         "cot/predict_acc": mean(predicts),
         "cot/belief_acc": mean(beliefs),

@@ -26,6 +26,9 @@ def test_eval_of_a_run_directory(tiny_run_dir: Path, tmp_path: Path) -> None:
     assert (info["depth"], info["max_new_tokens"], info["backend"]) == (2, 8, "hf")
     assert data["game"] == "kuhn_poker"
     assert data["validity"]["value"] == 0.0 and data["validity"]["high"] > 0, "garbage output, honest interval"
+    # 8 new tokens of random weights rarely reach an end: the report says the responses were cut off
+    assert data["truncated"]["value"] >= 0.5
+    assert any("limit of 8 new tokens" in note and "--max-new-tokens" in note for note in data["notes"])
     e = data["exploitability"]
     assert not e["exact"] and e["samples_per_infoset"] == 2 and e["ci_low"] <= e["value"] <= e["ci_high"]
     assert data["cot"]["predict"]["value"] == 0.0

@@ -58,7 +58,7 @@ def test_opponent_names_and_errors():
     assert opponent_names("kuhn_poker") == ["random", "heuristic", "contrarian", "timid", "equilibrium"]
     assert opponent_names("leduc_poker") == ["random", "heuristic", "contrarian", "equilibrium"]
     assert opponent_names("tic_tac_toe") == ["random", "heuristic", "minimax"]
-    assert opponent_names("liars_dice") == ["random", "heuristic", "truthful"]
+    assert opponent_names("liars_dice") == ["random", "heuristic", "contrarian", "truthful"]
     for name in ("bargaining", "connect_four"):
         assert opponent_names(name) == ["random", "heuristic"]
     with pytest.raises(ValueError, match="'minimax' is not available.*kuhn_poker"):
@@ -211,7 +211,33 @@ def test_liars_dice_truthful_bids_only_what_its_die_shows():
     assert totals == [2.0, -6.0]
 
 
-@pytest.mark.parametrize(("name", "deals"), [("kuhn_poker", 2000), ("leduc_poker", 2000)])
+def test_liars_dice_contrarian_reads_its_die_the_wrong_way_round():
+    """By hand, holding a three: it opens leaning to the one-count bids on the faces its die does not back (one,
+    two, four, five and six, for a six counts only as a six in a bid on sixes: 0.5 / 5 each on top of the uniform
+    0.5 / 12), and it doubts ("liar") a bid on threes, which its
+    die backs."""
+    contrarian = make_opponent("contrarian", "liars_dice")
+    env = games.make("liars_dice")
+    env.reset(seed=_liars_dice_deals()[(3, 5)])
+    names = env.all_action_names()
+    opening = {names[a]: p for a, p in contrarian.action_probs(env, "player_0").items()}
+    assert len(opening) == 12 and sum(opening.values()) == pytest.approx(1.0)  # no "liar" before a bid
+    for face in ("one", "two", "four", "five", "six"):
+        assert opening[f"bid 1 {face}"] == pytest.approx(0.5 / 12 + 0.5 / 5)
+    assert opening["bid 1 three"] == opening["bid 2 ones"] == pytest.approx(0.5 / 12)
+    env.step(names.index("bid 1 three"))
+    env.step(names.index("bid 2 threes"))
+    reply = {names[a]: p for a, p in contrarian.action_probs(env, "player_0").items()}
+    assert reply["liar"] == pytest.approx(0.5 + 0.5 / len(reply))  # it holds a three: the wrong move is to doubt
+
+
+def test_liars_dice_contrarian_is_weaker_than_random_against_the_heuristic_player():
+    contrarian, error = mean_return("liars_dice", "contrarian", "heuristic", 1000)
+    baseline, baseline_error = mean_return("liars_dice", "random", "heuristic", 1000)
+    assert contrarian < baseline - 1.96 * math.hypot(error, baseline_error), (contrarian, baseline)
+
+
+@pytest.mark.parametrize(("name", "deals"), [("kuhn_poker", 2000), ("leduc_poker", 2000), ("liars_dice", 2000)])
 def test_contrarian_loses_to_random(name, deals):
     mean, error = mean_return(name, "contrarian", "random", deals)
     assert mean + 1.96 * error < 0, (mean, error)
