@@ -8,7 +8,8 @@ deals, and prints its mean return with a 95% interval (normal approximation). Th
 
 - Liar's dice: `always liar` (calls any bid; opens uniformly), `own-die opening` (opens with one of its own face,
   then calls any bid), `own die` (bids one of its own face whenever that is higher than the last bid, else calls),
-  and the scripted players `random`, `truthful` and `contrarian` for comparison.
+  `lowest raise` (blind to its die: opens with one one, answers every bid with the lowest bid above it, calls only
+  when no bid is left), and the scripted players `random`, `truthful` and `contrarian` for comparison.
 - Bargaining: `accept k` (agrees to any offer that leaves it k points or more, else makes a uniform random offer),
   for k = 0, 3 and 6, and `random`.
 """
@@ -55,6 +56,11 @@ def own_die(env: LiarsDiceEnv, agent: str, rng: random.Random) -> int:
     return env.liar_action if bid is None else bid
 
 
+def lowest_raise(env: LiarsDiceEnv, agent: str, rng: random.Random) -> int:
+    bids = [a for a in env.legal_actions(agent) if a != env.liar_action]
+    return min(bids) if bids else env.liar_action
+
+
 def _own_face_bid(env: LiarsDiceEnv, agent: str) -> int | None:
     """The legal bid of one die on its own face, if there is one."""
     face = env.dice(agent)[0]
@@ -79,6 +85,7 @@ LINES: dict[str, dict[str, Callable[[], Line]]] = {
         "always liar": lambda: always_liar,
         "own-die opening": lambda: own_die_opening,
         "own die": lambda: own_die,
+        "lowest raise": lambda: lowest_raise,
         "random": lambda: scripted("random", "liars_dice"),
         "truthful": lambda: scripted("truthful", "liars_dice"),
         "contrarian": lambda: scripted("contrarian", "liars_dice"),

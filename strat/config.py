@@ -294,10 +294,11 @@ class ComparisonConfig(_Section):
     weights: ComparisonWeightsConfig = Field(default_factory=ComparisonWeightsConfig)
     """How the three scores combine into a turn's CoT score (a weighted mean over those available)."""
     skip_forced: bool = False
-    """No process score for a turn whose `<predict>` is about a forced move: the ego's move ended the game, or the
-    next opponent had one legal action (its advantage is the outcome term alone). Such a prediction needs the rules
-    only, and scoring it rewards moves that leave the opponent no choice (Liar's dice's self-play collapsed to the
-    highest bid, answered only by "liar")."""
+    """No process score for a turn whose `<predict>` is about a forced move: the ego's move ended the game, the next
+    opponent had one legal action, or it is a scripted opponent whose rule makes that move with certainty (its
+    advantage is the outcome term alone). Scoring such predictions rewards moves that leave the opponent no choice
+    (Liar's dice's self-play collapsed to the highest bid, answered only by "liar"; against the truthful bidder the
+    policy learnt to open with false bids of two of a face, which it always calls)."""
     judge_engine: Literal["separate", "policy"] = "separate"
     """The judge gets its own engine; `policy` (circular: the policy judges itself) is explicit."""
     judge_model: str | None = None

@@ -243,9 +243,12 @@ def _agreement_pair(episode: Episode, turn: Turn, following: Turn | None) -> Agr
 
 
 def forced(following: Turn | None) -> bool:
-    """Whether the move `<predict>` is about was forced: the ego's move ended the game ("none" followed), or the
-    next opponent had one legal action. Predicting either needs the rules only, not a model of the opponent."""
-    return following is None or following.choices == 1
+    """Whether the move `<predict>` is about was forced: the ego's move ended the game ("none" followed), the next
+    opponent had one legal action, or it is a scripted player whose rule left it one move (`Turn.certain`).
+    Predicting the first two needs the rules only; scoring the third pays the policy for steering a fixed rule into
+    states where it has one reply (Liar's dice against the truthful bidder: a bid of two of a face, which it cannot
+    top and always calls, though the bid is usually false)."""
+    return following is None or following.choices == 1 or following.certain
 
 
 def score_episodes(

@@ -43,6 +43,9 @@ class Turn:
     action_name: str
     choices: int = 0
     """How many legal actions the player had at this decision; 0 where it was not recorded (older ledgers)."""
+    certain: bool = False
+    """A scripted player's move that its policy makes with probability 1 at this decision (its rule left it one
+    move, as the truthful bidder's "liar" on a bid it cannot top); False for an LLM's turn."""
     valid: bool = True
     """False when the response gave no legal action and the fallback was played."""
     fallback_used: bool = False

@@ -312,7 +312,9 @@ def _play_scripted(game: LiveGame, observe: bool) -> None:
     while not env.finished() and env.agent_selection in game.scripted:
         agent = env.agent_selection
         observation = user_prompt(env, agent, OBSERVATION_DEPTH) if observe else ""
-        action = game.scripted[agent].act(env, agent)
+        player = game.scripted[agent]
+        probs = player.action_probs(env, agent)
+        action = player.act(env, agent)
         game.play(
             Turn(
                 episode_id=game.episode_id,
@@ -321,6 +323,7 @@ def _play_scripted(game: LiveGame, observe: bool) -> None:
                 action=action,
                 action_name=env.action_name(action, agent),
                 choices=len(env.legal_actions(agent)),
+                certain=probs.get(action, 0.0) >= 1.0 - 1e-9,
                 prompt_text=observation,
             )
         )

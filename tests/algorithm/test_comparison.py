@@ -27,6 +27,9 @@ from strat.algorithm.comparison import (
     token_f1,
 )
 from strat.algorithm.records import NO_SCORE, Episode, Sections
+from strat.config import OpponentConfig
+from strat.engines.base import Generation, SamplingParams
+from strat.train.rollout import GroupPlan, RolloutRunner, RolloutSettings
 
 from .helpers import episode, kuhn_self_play, turn
 
@@ -282,6 +285,37 @@ def test_forced_predictions_are_scored_unless_skipped() -> None:
     assert [s.comparable for s in skipped.scores] == [False, False]
     assert [s.score for s in skipped.scores] == [NO_SCORE, NO_SCORE]
     assert skipped.scores[0].agreement is not None and skipped.scores[1].belief == 0.0
+
+
+def test_a_scripted_players_certain_reply_is_skipped_like_a_forced_one() -> None:
+    """Against the truthful bidder, "bid 2 fours" (which it cannot top with one die) is always answered "liar",
+    though the rules leave it eleven other moves: with `skip_forced` that prediction is not scored either."""
+    bid = Sections(past="No moves yet.", their_view="they will call", plan="bid two", predict="liar",
+                   action="bid 2 fours")
+    ego = replace(turn("player_0", 0, sections=bid), action_name="bid 2 fours", choices=12)
+    reply = replace(turn("player_1", 1), action_name="liar", choices=3, response=None)
+    for certain, skipped in ((False, False), (True, True)):
+        ep = episode("d", "g", [ego, replace(reply, certain=certain)], {"player_0": -1.0, "player_1": 1.0},
+                     ego=("player_0",), game="liars_dice", private_info={"player_0": "4", "player_1": "2"})
+        [plain] = score_episodes([ep], ComparisonWeights())
+        [scored] = score_episodes([ep], ComparisonWeights(), skip_forced=True)
+        assert plain.scores[0].predict == 1.0  # without skip_forced every prediction is scored
+        assert (scored.scores[0].predict is None) is skipped and scored.scores[0].comparable is not skipped
+
+
+def test_rollouts_mark_a_scripted_players_certain_moves() -> None:
+    """The truthful bidder's rule gives one move at every decision; the random player's never does (two or more
+    legal moves), so only the first is marked certain."""
+    def generate(prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        return [Generation(tuple(p), (5,), (-1.0,), "<action>liar</action>", "stop") for p in prompts]
+
+    for name, expected in (("truthful", True), ("random", False)):
+        opponent = OpponentConfig(kind="scripted", name=name)
+        settings = RolloutSettings(game="liars_dice", depth=0, group_size=2, max_tokens=8, opponents=(opponent,))
+        runner = RolloutRunner(settings, lambda messages: [1, 2, 3], generate)
+        plans = [GroupPlan(group_id=f"g{i}", seed=i, opponent=opponent, ego_seat=1) for i in range(4)]
+        scripted = [t for ep in runner.run(plans, sampling_seed=0) for t in ep.turns if t.response is None]
+        assert scripted and all(t.certain is (expected or t.choices == 1) for t in scripted), name
 
 
 def test_a_prediction_of_a_real_choice_is_scored_when_forced_ones_are_skipped() -> None:
