@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from strat.algorithm.records import Episode, ScoredEpisode
+from strat.algorithm.records import Episode, ScoredEpisode, Turn
 
 Z95 = 1.959963984540054
 """The two-sided 95% normal quantile."""
@@ -210,20 +210,21 @@ def match_result(opponent: str, episodes: Sequence[Episode]) -> MatchResult:
 
 def validity(episodes: Sequence[Episode]) -> Estimate | None:
     """The share of the ego agents' LLM turns whose response named a legal action; None without LLM turns."""
-    turns = [
-        turn for episode in episodes for turn in episode.turns
-        if turn.agent in episode.ego_agents and turn.response is not None
-    ]
+    turns = _ego_llm_turns(episodes)
     return rate_estimate(sum(turn.valid for turn in turns), len(turns)) if turns else None
 
 
 def truncation(episodes: Sequence[Episode]) -> Estimate | None:
     """The share of the ego agents' LLM turns whose response stopped at the token limit; None without LLM turns."""
-    turns = [
+    turns = _ego_llm_turns(episodes)
+    return rate_estimate(sum(turn.truncated for turn in turns), len(turns)) if turns else None
+
+
+def _ego_llm_turns(episodes: Sequence[Episode]) -> list[Turn]:
+    return [
         turn for episode in episodes for turn in episode.turns
         if turn.agent in episode.ego_agents and turn.response is not None
     ]
-    return rate_estimate(sum(turn.truncated for turn in turns), len(turns)) if turns else None
 
 
 def cot_result(scored: Sequence[ScoredEpisode]) -> CotResult | None:
