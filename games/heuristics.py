@@ -172,9 +172,7 @@ def liars_dice_contrarian(env: LiarsDiceEnv, agent: str) -> dict[int, float]:
 
 def _lean(action: int, legal: list[int], weight: float = 0.5) -> dict[int, float]:
     """`action` with probability `weight`, else uniform over `legal` (so every legal move keeps some chance)."""
-    probs = dict.fromkeys(legal, (1.0 - weight) / len(legal))
-    probs[action] += weight
-    return probs
+    return _lean_set([action], legal, weight)
 
 
 def _lean_set(actions: list[int], legal: list[int], weight: float = 0.5) -> dict[int, float]:
