@@ -38,10 +38,13 @@ from pathlib import Path
 
 import yaml
 
-import strat  # noqa: F401  (thread and offline defaults first)
-from strat.config import ExperimentConfig, load_config, to_yaml
-from strat.errors import ConfigError, RunAborted, UserError
-from strat.eval.summaries import (
+from strat.process_env import apply_defaults
+
+apply_defaults()  # one OpenMP thread and quiet logs, before torch or vLLM is imported (`import strat` sets nothing)
+
+from strat.config import ExperimentConfig, load_config, to_yaml  # noqa: E402
+from strat.errors import ConfigError, RunAborted, UserError  # noqa: E402
+from strat.eval.summaries import (  # noqa: E402
     ABLATION,
     ABLATION_REFERENCE,
     NO_RUNS,
@@ -75,8 +78,8 @@ ARMS: tuple[Arm, ...] = (
     Arm("depth0", (HYBRID, "reasoning.depth=0")),
     Arm("depth1", (HYBRID, "reasoning.depth=1")),
     Arm("depth2", (HYBRID, "reasoning.depth=2")),
-    Arm("clipped", (HYBRID, "algorithm.fiberpo=false")),
-    Arm("fiberpo", (HYBRID, "algorithm.fiberpo=true")),
+    Arm("clipped", (HYBRID, "algorithm.policy_loss=clipped")),
+    Arm("fiberpo", (HYBRID, "algorithm.policy_loss=fiberpo")),
     Arm("dph-js", (HYBRID, "algorithm.dph_divergence=js")),
     Arm("dph-fkl", (HYBRID, "algorithm.dph_divergence=forward_kl")),
 )

@@ -17,6 +17,7 @@ from strat.algorithm.estimators import advantage_names
 from strat.algorithm.reasoning import validate_format_penalty
 from strat.errors import ConfigError
 from strat.model import hub
+from strat.model.lora_targets import DEFAULT_LORA_TARGETS
 from strat.model.tiny import TinyModelSettings
 
 
@@ -168,9 +169,6 @@ class EngineConfig(_Section):
     process sees one (an agent actor does only with resources.gpus_per_agent > 0), else on the CPU. vLLM picks
     its own device."""
 
-
-DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-"""The linear layers that get LoRA adapters by default (Qwen and Llama names)."""
 
 
 class LoraConfig(_Section):
@@ -364,8 +362,12 @@ class AlgorithmConfig(_Section):
     time/dph_s)."""
     dph_eta: float = Field(0.02, ge=0.0)
     """Weight of the DPH-RL divergence."""
-    fiberpo: bool = False
-    """FiberPO gating: a trajectory-level budget on each turn's length-normalised log-ratio and a token-level budget on each token's residual from it."""
+    policy_loss: str = "clipped"
+    """The policy surrogate, by registered name: `clipped`, PPO's clipped ratio with the asymmetric clip above;
+    `fiberpo`, FiberPO gating (a trajectory-level budget on each turn's length-normalised log-ratio and a token-level
+    budget on each token's residual from it); or one added with `strat.algorithm.losses.register_policy_loss`. The
+    KL penalty, the entropy bonuses and DPH-RL's rehearsal term are added to any of them. (`fiberpo: true`, the
+    earlier spelling, still means `policy_loss: fiberpo`.)"""
     fiberpo_delta: float = Field(0.2, gt=0.0)
     """FiberPO's trajectory-level budget."""
     fiberpo_eps: float = Field(0.2, gt=0.0)
@@ -421,6 +423,32 @@ class AlgorithmConfig(_Section):
         if value not in advantage_names():
             raise ValueError(f"unknown advantage estimator {value!r} (allowed: {', '.join(advantage_names())})")
         return value
+
+    @field_validator("policy_loss")
+    @classmethod
+    def _registered_policy_loss(cls, value: str) -> str:
+        # The surrogates are torch code: their registry is loaded when a config names one.
+        from strat.algorithm.losses import policy_loss_names
+
+        if value not in policy_loss_names():
+            raise ValueError(f"unknown policy loss {value!r} (allowed: {', '.join(policy_loss_names())})")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fiberpo_flag(cls, data: Any) -> Any:
+        """`fiberpo: true|false`, the earlier switch (in configs and in runs' saved `config.yaml`), as `policy_loss`."""
+        if not isinstance(data, dict) or "fiberpo" not in data:
+            return data
+        data = dict(data)
+        flag = data.pop("fiberpo")
+        if not isinstance(flag, bool):
+            raise ValueError(f"fiberpo={flag!r}: true or false (or set policy_loss instead)")
+        if flag:
+            if data.get("policy_loss", "fiberpo") != "fiberpo":
+                raise ValueError(f"fiberpo: true contradicts policy_loss={data['policy_loss']!r}: set policy_loss only")
+            data["policy_loss"] = "fiberpo"
+        return data
 
     @model_validator(mode="after")
     def _kl_coef_needs_type(self) -> AlgorithmConfig:

@@ -1,4 +1,6 @@
-"""Policy losses over response tokens: clipped and FiberPO surrogates, reverse KL, DPH rehearsal.
+"""Policy losses over response tokens: surrogates registered by name (`clipped`, `fiberpo`, or one added with
+`register_policy_loss`, chosen by `algorithm.policy_loss`), and the terms every surrogate gets on top of it in
+`policy_loss`: the reverse KL to a reference, the entropy bonuses; and DPH-RL's rehearsal term.
 
 All per-token tensors are [B, T] over response tokens, aligned with a bool `mask` that is True on real
 tokens; log-probs are those of the temperature-scaled policy. Masked positions may hold any value, even
@@ -8,6 +10,7 @@ inf: they are selected away before any arithmetic, so they get exactly zero grad
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -53,8 +56,8 @@ class LossConfig:
     kl_coef: float = 0.0
     dph_divergence: Divergence = "none"
     dph_eta: float = 0.02
-    fiberpo: bool = False
-    """Use the FiberPO gate instead of the clipped surrogate."""
+    policy_loss: str = "clipped"
+    """The surrogate, by registered name (`register_policy_loss`): `clipped` or `fiberpo`."""
     fiberpo_delta: float = 0.2
     fiberpo_eps: float = 0.2
     is_cap: float = 2.0
@@ -242,6 +245,65 @@ def dph_rehearsal(
     return _output(value, torch.zeros_like(value.detach()), log_ratio, mask, divergence=value.detach())
 
 
+@dataclass(frozen=True)
+class SurrogateInputs:
+    """What a registered surrogate is given: [B, T] per-token tensors over response tokens and their mask."""
+
+    logprobs: torch.Tensor
+    """The current policy's log-probs (with gradient)."""
+    proximal_logprobs: torch.Tensor
+    """The proximal policy's (the weights at the update's start), the ratio's denominator."""
+    advantages: torch.Tensor
+    """[B] (one per response) or [B, T] (one per token)."""
+    mask: torch.Tensor
+    is_weight: torch.Tensor | None = None
+    """Detached proximal/behaviour weight per token for stale samples (`truncated_is_weight`), or None."""
+
+
+PolicySurrogate = Callable[[LossConfig, SurrogateInputs], LossOutput]
+"""(the loss options, the inputs) -> the surrogate's loss and diagnostics, aggregated by `config.loss_agg`."""
+
+_SURROGATES: dict[str, PolicySurrogate] = {}
+
+
+def register_policy_loss(name: str) -> Callable[[PolicySurrogate], PolicySurrogate]:
+    """Register the decorated function as the policy surrogate `name` (`algorithm.policy_loss`)."""
+
+    def register(surrogate: PolicySurrogate) -> PolicySurrogate:
+        if name in _SURROGATES:
+            raise ValueError(f"policy loss {name!r} is registered already")
+        _SURROGATES[name] = surrogate
+        return surrogate
+
+    return register
+
+
+def policy_loss_names() -> list[str]:
+    """The registered surrogates' names, sorted."""
+    return sorted(_SURROGATES)
+
+
+def policy_surrogate(name: str) -> PolicySurrogate:
+    """The surrogate registered as `name`."""
+    if name not in _SURROGATES:
+        raise ValueError(f"unknown policy loss {name!r} (registered: {', '.join(policy_loss_names())})")
+    return _SURROGATES[name]
+
+
+@register_policy_loss("clipped")
+def clipped(config: LossConfig, inputs: SurrogateInputs) -> LossOutput:
+    """`clipped_surrogate` with the config's asymmetric clip."""
+    return clipped_surrogate(inputs.logprobs, inputs.proximal_logprobs, inputs.advantages, inputs.mask,
+                             config.clip_eps_low, config.clip_eps_high, config.loss_agg, inputs.is_weight)
+
+
+@register_policy_loss("fiberpo")
+def fiberpo(config: LossConfig, inputs: SurrogateInputs) -> LossOutput:
+    """`fiberpo_surrogate` with the config's trajectory- and token-level budgets."""
+    return fiberpo_surrogate(inputs.logprobs, inputs.proximal_logprobs, inputs.advantages, inputs.mask,
+                             config.fiberpo_delta, config.fiberpo_eps, config.loss_agg, inputs.is_weight)
+
+
 def policy_loss(
     config: LossConfig,
     logprobs: torch.Tensor,
@@ -254,16 +316,41 @@ def policy_loss(
     move_entropy: torch.Tensor | None = None,
     move_mask: torch.Tensor | None = None,
 ) -> LossOutput:
-    """The surrogate (clipped or FiberPO) plus `kl_coef` x the KL penalty minus `entropy_coef` x the mean
-    token entropy minus `move_entropy_coef` x the entropy of the choice between moves (`move_entropy` [B, T], see
+    """The registered surrogate `config.policy_loss`, plus the terms added to every surrogate here and nowhere
+    else (`_regularized`): `kl_coef` x the KL penalty to `ref_logprobs`, minus `entropy_coef` x the mean token
+    entropy, minus `move_entropy_coef` x the entropy of the choice between moves (`move_entropy` [B, T], see
     `choice_entropy`) on the tokens where a move is named (`move_mask` [B, T] bool), aggregated like the
     surrogate (0 on every other token); diagnostics are the surrogate's.
 
     With `behaviour_logprobs` (stale samples) each token is weighted by proximal/behaviour truncated at `is_cap`.
     `entropy` [B, T] (see `token_entropy`) is needed when `entropy_coef` > 0, `move_entropy` and `move_mask` when
-    `move_entropy_coef` > 0.
+    `move_entropy_coef` > 0. (DPH-RL's rehearsal term is on another batch: `rehearsal_loss`.)
     """
-    out = _policy_terms(config, logprobs, proximal_logprobs, advantages, mask, behaviour_logprobs, ref_logprobs)
+    is_weight = None
+    if behaviour_logprobs is not None:
+        is_weight = truncated_is_weight(proximal_logprobs, behaviour_logprobs, mask, config.is_cap)
+    inputs = SurrogateInputs(logprobs, proximal_logprobs, advantages, mask, is_weight)
+    surrogate = policy_surrogate(config.policy_loss)(config, inputs)
+    return _regularized(config, surrogate, logprobs, mask, ref_logprobs, entropy, move_entropy, move_mask)
+
+
+def _regularized(
+    config: LossConfig,
+    surrogate: LossOutput,
+    logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    ref_logprobs: torch.Tensor | None,
+    entropy: torch.Tensor | None,
+    move_entropy: torch.Tensor | None,
+    move_mask: torch.Tensor | None,
+) -> LossOutput:
+    """The surrogate with the KL penalty and the entropy bonuses added, in that order."""
+    out = surrogate
+    if config.kl_type != "none":
+        if ref_logprobs is None:
+            raise ValueError(f"kl_type={config.kl_type!r} needs reference log-probs")
+        kl = kl_penalty(logprobs, ref_logprobs, mask, config.kl_type, config.loss_agg)
+        out = replace(out, loss=out.loss + config.kl_coef * kl.loss, divergence=kl.divergence)
     loss = out.loss
     if config.entropy_coef > 0 and entropy is None:
         raise ValueError("entropy_coef > 0 needs the per-token entropy")
@@ -282,48 +369,6 @@ def policy_loss(
         loss = loss - config.move_entropy_coef * aggregate(on_move_entropy, mask, config.loss_agg)
         mean_move_entropy = on_move_entropy.sum().detach() / on_move.sum().clamp(min=1)
     return replace(out, loss=loss, entropy=mean_entropy, move_entropy=mean_move_entropy)
-
-
-def _policy_terms(
-    config: LossConfig,
-    logprobs: torch.Tensor,
-    proximal_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    behaviour_logprobs: torch.Tensor | None,
-    ref_logprobs: torch.Tensor | None,
-) -> LossOutput:
-    is_weight = None
-    if behaviour_logprobs is not None:
-        is_weight = truncated_is_weight(proximal_logprobs, behaviour_logprobs, mask, config.is_cap)
-    if config.fiberpo:
-        surrogate = fiberpo_surrogate(
-            logprobs,
-            proximal_logprobs,
-            advantages,
-            mask,
-            config.fiberpo_delta,
-            config.fiberpo_eps,
-            config.loss_agg,
-            is_weight,
-        )
-    else:
-        surrogate = clipped_surrogate(
-            logprobs,
-            proximal_logprobs,
-            advantages,
-            mask,
-            config.clip_eps_low,
-            config.clip_eps_high,
-            config.loss_agg,
-            is_weight,
-        )
-    if config.kl_type == "none":
-        return surrogate
-    if ref_logprobs is None:
-        raise ValueError(f"kl_type={config.kl_type!r} needs reference log-probs")
-    kl = kl_penalty(logprobs, ref_logprobs, mask, config.kl_type, config.loss_agg)
-    return replace(surrogate, loss=surrogate.loss + config.kl_coef * kl.loss, divergence=kl.divergence)
 
 
 def rehearsal_loss(

@@ -165,15 +165,18 @@ def _base_lines(config: ExperimentConfig, base: str) -> list[str]:
 
 def _method_rows(config: ExperimentConfig) -> list[tuple[str, str]]:
     algo, reasoning = config.algorithm, config.reasoning
-    loss = (f"clipped surrogate, ratio in [{1 - algo.clip_eps_low:g}, {1 + algo.clip_eps_high:g}], {algo.loss_agg}")
+    if algo.policy_loss == "clipped":
+        loss = f"clipped surrogate, ratio in [{1 - algo.clip_eps_low:g}, {1 + algo.clip_eps_high:g}], {algo.loss_agg}"
+    elif algo.policy_loss == "fiberpo":
+        loss = f"FiberPO (delta {algo.fiberpo_delta:g}, eps {algo.fiberpo_eps:g}), {algo.loss_agg}"
+    else:
+        loss = f"policy loss {algo.policy_loss!r}, {algo.loss_agg}"
     if algo.kl_type != "none":
         loss += f", {algo.kl_type} KL to the initial policy x {algo.kl_coef:g}"
     if algo.entropy_coef:
         loss += f", entropy bonus x {algo.entropy_coef:g}"
     if algo.move_entropy_coef:
         loss += f", move entropy bonus x {algo.move_entropy_coef:g}"
-    if algo.fiberpo:
-        loss += f", FiberPO (delta {algo.fiberpo_delta:g}, eps {algo.fiberpo_eps:g})"
     weights = config.comparison.weights
     return [
         ("reasoning depth", f"{reasoning.depth} (sections: {', '.join(DEPTH_SECTIONS[reasoning.depth])})"),

@@ -72,7 +72,7 @@ def learner_settings(config: ExperimentConfig) -> LearnerSettings:
             move_entropy_coef=algo.move_entropy_coef,
             dph_divergence=algo.dph_divergence,
             dph_eta=algo.dph_eta,
-            fiberpo=algo.fiberpo,
+            policy_loss=algo.policy_loss,
             fiberpo_delta=algo.fiberpo_delta,
             fiberpo_eps=algo.fiberpo_eps,
             is_cap=algo.is_cap,

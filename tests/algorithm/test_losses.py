@@ -181,7 +181,7 @@ def _all_losses(logprobs, proximal, advantages, mask) -> dict[str, torch.Tensor]
         "policy_stale_kl": policy_loss(
             LossConfig(kl_type="k3", kl_coef=0.1), logprobs, proximal, advantages, mask, behaviour, proximal - 0.1
         ).loss,
-        "policy_fiberpo": policy_loss(LossConfig(fiberpo=True), logprobs, proximal, advantages, mask, behaviour).loss,
+        "policy_fiberpo": policy_loss(LossConfig(policy_loss="fiberpo"), logprobs, proximal, advantages, mask, behaviour).loss,
     }
 
 
@@ -209,7 +209,7 @@ def test_with_ratio_one_every_variant_is_the_plain_policy_gradient() -> None:
         for config in (
             LossConfig(loss_agg=agg),
             LossConfig(loss_agg=agg, clip_eps_low=0.01, clip_eps_high=0.5),
-            LossConfig(loss_agg=agg, fiberpo=True, fiberpo_delta=0.05, fiberpo_eps=0.01),
+            LossConfig(loss_agg=agg, policy_loss="fiberpo", fiberpo_delta=0.05, fiberpo_eps=0.01),
         ):
             logprobs = base.clone().requires_grad_(True)
             # Behaviour equal to proximal: on-policy, importance weight 1.

@@ -25,27 +25,27 @@ def ablation():
 
 
 def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
-    def settings(name: str) -> tuple[str, float, int, bool, str, bool]:
+    def settings(name: str) -> tuple[str, float, int, str, str, bool]:
         (arm,) = [a for a in ablation.ARMS if a.name == name]
         config = load_config(ROOT / KUHN, list(arm.overrides))
         algorithm = config.algorithm
-        return (algorithm.advantage_mode, algorithm.lam, config.reasoning.depth, algorithm.fiberpo,
+        return (algorithm.advantage_mode, algorithm.lam, config.reasoning.depth, algorithm.policy_loss,
                 algorithm.dph_divergence, config.comparison.skip_forced)
 
     # The Kuhn config itself: hybrid, lam 0.5, depth 1, the clipped loss, no DPH-RL, forced moves scored.
     expected = {
-        "hybrid": ("hybrid", 0.5, 1, False, "none", False),
-        "outcome": ("outcome", 0.5, 1, False, "none", False),
-        "process": ("process", 0.5, 1, False, "none", False),
-        "hybrid-lam0.25": ("hybrid", 0.25, 1, False, "none", False),
-        "skip-forced": ("hybrid", 0.5, 1, False, "none", True),
-        "depth0": ("hybrid", 0.5, 0, False, "none", False),
-        "depth1": ("hybrid", 0.5, 1, False, "none", False),
-        "depth2": ("hybrid", 0.5, 2, False, "none", False),
-        "clipped": ("hybrid", 0.5, 1, False, "none", False),
-        "fiberpo": ("hybrid", 0.5, 1, True, "none", False),
-        "dph-js": ("hybrid", 0.5, 1, False, "js", False),
-        "dph-fkl": ("hybrid", 0.5, 1, False, "forward_kl", False),
+        "hybrid": ("hybrid", 0.5, 1, "clipped", "none", False),
+        "outcome": ("outcome", 0.5, 1, "clipped", "none", False),
+        "process": ("process", 0.5, 1, "clipped", "none", False),
+        "hybrid-lam0.25": ("hybrid", 0.25, 1, "clipped", "none", False),
+        "skip-forced": ("hybrid", 0.5, 1, "clipped", "none", True),
+        "depth0": ("hybrid", 0.5, 0, "clipped", "none", False),
+        "depth1": ("hybrid", 0.5, 1, "clipped", "none", False),
+        "depth2": ("hybrid", 0.5, 2, "clipped", "none", False),
+        "clipped": ("hybrid", 0.5, 1, "clipped", "none", False),
+        "fiberpo": ("hybrid", 0.5, 1, "fiberpo", "none", False),
+        "dph-js": ("hybrid", 0.5, 1, "clipped", "js", False),
+        "dph-fkl": ("hybrid", 0.5, 1, "clipped", "forward_kl", False),
     }
     assert {arm.name: settings(arm.name) for arm in ablation.ARMS} == expected
     assert all("hybrid" in ablation.GROUPS[group] for group in ablation.GROUPS)
@@ -78,7 +78,7 @@ def test_the_plan_pairs_seeds_and_shares_the_runs_of_identical_arms(ablation, tm
     (fiberpo,) = [r for r in ablation.plan_runs(KUHN, ablation.select_arms(["fiberpo"]), tmp_path / "runs",
                                                 tmp_path / "results", seeds=[7], steps=4, overrides=["eval.games=50"])]
     assert fiberpo.overrides == ("eval.games=50", "schedule.steps=4", "algorithm.advantage_mode=hybrid",
-                                 "algorithm.fiberpo=true", "run.seed=7", "run.name=fiberpo-seed7",
+                                 "algorithm.policy_loss=fiberpo", "run.seed=7", "run.name=fiberpo-seed7",
                                  f"run.output_dir={tmp_path / 'runs'}")
     assert fiberpo.config.schedule.steps == 4 and fiberpo.config.run.seed == 7
 
