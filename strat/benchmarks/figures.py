@@ -510,7 +510,7 @@ def learner_efficiency(ctx: BenchContext, episodes: Sequence[Any]) -> LearnerEff
 
 def _learner_micro_batches(learner, samples: Sequence[Any]) -> list[list[Any]]:
     """The micro-batches the learner cuts for its first epoch (its length bucketing)."""
-    cut = getattr(learner, "_micro_batches", None)
+    cut = getattr(learner, "micro_batches", None)
     if cut is None:
         return chunks(list(samples), learner.settings.micro_batch)
     return [list(batch) for batch in cut(samples, 0)]

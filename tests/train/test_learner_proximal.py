@@ -32,12 +32,12 @@ def _reference_update(learner: PolicyLearner, samples: list[TrainSample]) -> tup
     step's gradients and the mean policy loss."""
     settings = learner.settings
     model = learner.model
-    steps = [(part, epoch) for epoch in range(settings.epochs) for part in learner._minibatches(samples, epoch)]
+    steps = [(part, epoch) for epoch in range(settings.epochs) for part in learner.minibatches(samples, epoch)]
     model.eval()
     proximal = {}
     with torch.no_grad():
         for part, epoch in steps:
-            for chunk in learner._micro_batches(part, epoch):
+            for chunk in learner.micro_batches(part, epoch):
                 logprobs = sequence_logprobs(model, TrainBatch.collate(chunk, learner.pad_id), settings.temperature)
                 for row, sample in enumerate(chunk):
                     proximal.setdefault(id(sample), logprobs[row, : len(sample.response_token_ids)])
@@ -46,7 +46,7 @@ def _reference_update(learner: PolicyLearner, samples: list[TrainSample]) -> tup
     for part, epoch in steps:
         learner.optimizer.zero_grad(set_to_none=True)
         tokens = sum(len(s.response_token_ids) for s in part)
-        for chunk in learner._micro_batches(part, epoch):
+        for chunk in learner.micro_batches(part, epoch):
             batch = TrainBatch.collate(chunk, learner.pad_id)
             logprobs = sequence_logprobs(model, batch, settings.temperature)
             old = torch.zeros_like(logprobs)

@@ -146,13 +146,13 @@ def test_update_moves_the_policy_toward_positive_advantage(engine, tiny_model_di
 def test_minibatches_partition_the_batch_reproducibly(tiny_model_dir: Path) -> None:
     samples = [TrainSample(f"g{i}", f"e{i}", "player_0", 0, (1, 2), (3, 4), (0.0, 0.0), 0.0) for i in range(7)]
     learner = PolicyLearner(tiny_model_dir, LearnerSettings(minibatches=3, seed=5))
-    parts = learner._minibatches(samples, epoch=0)
+    parts = learner.minibatches(samples, epoch=0)
     assert sorted(len(part) for part in parts) == [2, 2, 3]
     assert sorted(s.episode_id for part in parts for s in part) == sorted(s.episode_id for s in samples)
-    assert parts == PolicyLearner(tiny_model_dir, LearnerSettings(minibatches=3, seed=5))._minibatches(samples, 0)
-    assert parts != learner._minibatches(samples, epoch=1)  # reshuffled every pass
-    assert sorted(len(part) for part in learner._minibatches(samples[:2], epoch=0)) == [1, 1]  # no empty step
-    assert PolicyLearner(tiny_model_dir, LearnerSettings())._minibatches(samples, 0) == [samples]
+    assert parts == PolicyLearner(tiny_model_dir, LearnerSettings(minibatches=3, seed=5)).minibatches(samples, 0)
+    assert parts != learner.minibatches(samples, epoch=1)  # reshuffled every pass
+    assert sorted(len(part) for part in learner.minibatches(samples[:2], epoch=0)) == [1, 1]  # no empty step
+    assert PolicyLearner(tiny_model_dir, LearnerSettings()).minibatches(samples, 0) == [samples]
 
 
 def test_entropy_bonus_alone_makes_the_policy_less_certain(engine, tiny_model_dir: Path) -> None:
@@ -193,7 +193,8 @@ def test_move_entropy_bonus_acts_where_the_move_is_named(tiny_model_dir: Path, t
         LearnerSettings(lr=1e-3, micro_batch=2, loss=LossConfig(move_entropy_coef=1.0), move_names=("pass", "bet")),
     )
     batch = TrainBatch.collate(samples, learner.pad_id)
-    moves, candidates = learner.move_choices(samples, batch.response_ids.shape[1])
+    choices = learner.move_choices(samples, batch.response_ids.shape[1])
+    moves, candidates = choices.mask, choices.candidates
     spaced = {tokenizer.encode(" bet")[0], tokenizer.encode(" pass")[0]}
     plain = {tokenizer.encode("bet")[0], tokenizer.encode("pass")[0]}
     # Both mentions in each response; the candidates are the moves' first tokens spelt as the mention is.
