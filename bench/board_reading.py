@@ -24,14 +24,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+from strat.process_env import apply_defaults
 
-import games
-import strat  # noqa: F401  (thread and offline defaults first)
-from strat.algorithm.reasoning import build_messages
-from strat.config import load_config
-from strat.model.warmstart import templated_response
-from strat.train.trainer import Trainer
+apply_defaults()  # one OpenMP thread and quiet logs, before torch or vLLM is imported (`import strat` sets nothing)
+
+import torch  # noqa: E402
+
+import games  # noqa: E402
+from strat.algorithm.reasoning import build_messages  # noqa: E402
+from strat.config import load_config  # noqa: E402
+from strat.model.warmstart import templated_response  # noqa: E402
+from strat.train.trainer import Trainer  # noqa: E402
 
 GAME = "tic_tac_toe"
 CELLS = tuple(f"{column}{row}" for row in "123" for column in "abc")

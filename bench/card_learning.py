@@ -35,19 +35,22 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import torch
+from strat.process_env import apply_defaults
 
-import strat  # noqa: F401  (thread and offline defaults first)
-from games.kuhn_poker import BET
-from strat.algorithm.advantage import AdvantageConfig, normalise
-from strat.algorithm.reasoning import build_messages, decide, parse_response
-from strat.algorithm.records import TrainSample
-from strat.config import load_config
-from strat.engines import Engine, Generation, SamplingParams, build_engine
-from strat.eval.exploitability import decision_states, env_at
-from strat.train.learner import PolicyLearner
-from strat.train.settings import learner_settings
-from strat.train.trainer import Trainer
+apply_defaults()  # one OpenMP thread and quiet logs, before torch or vLLM is imported (`import strat` sets nothing)
+
+import torch  # noqa: E402
+
+from games.kuhn_poker import BET  # noqa: E402
+from strat.algorithm.advantage import AdvantageConfig, normalise  # noqa: E402
+from strat.algorithm.reasoning import build_messages, decide, parse_response  # noqa: E402
+from strat.algorithm.records import TrainSample  # noqa: E402
+from strat.config import load_config  # noqa: E402
+from strat.engines import Engine, Generation, SamplingParams, build_engine  # noqa: E402
+from strat.eval.exploitability import decision_states, env_at  # noqa: E402
+from strat.train.learner import PolicyLearner  # noqa: E402
+from strat.train.settings import learner_settings  # noqa: E402
+from strat.train.trainer import Trainer  # noqa: E402
 
 if TYPE_CHECKING:
     from games import TextGameEnv

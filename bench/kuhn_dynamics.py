@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
+from strat.process_env import apply_defaults
 
-import strat  # noqa: F401  (thread and offline defaults first)
-from strat.eval.exploitability import exploitability_of_table
+apply_defaults()  # one OpenMP thread and quiet logs, before torch or vLLM is imported (`import strat` sets nothing)
+
+import numpy as np  # noqa: E402
+
+from strat.eval.exploitability import exploitability_of_table  # noqa: E402
 
 HISTORIES = ("", "p", "b", "pb")
 """The decision points of 2-player Kuhn: first to act, after a check, facing a bet, facing a bet after checking."""

@@ -36,11 +36,14 @@ import sys
 import time
 from pathlib import Path
 
-import strat  # noqa: F401  (thread and offline defaults first)
-from strat.algorithm.records import TrainSample
-from strat.config import load_config
-from strat.train.learner import PolicyLearner
-from strat.train.settings import base_model_path, learner_settings
+from strat.process_env import apply_defaults
+
+apply_defaults()  # one OpenMP thread and quiet logs, before torch or vLLM is imported (`import strat` sets nothing)
+
+from strat.algorithm.records import TrainSample  # noqa: E402
+from strat.config import load_config  # noqa: E402
+from strat.train.learner import PolicyLearner  # noqa: E402
+from strat.train.settings import base_model_path, learner_settings  # noqa: E402
 
 HERE = Path(__file__).resolve().parent.parent
 

@@ -45,19 +45,22 @@ from pathlib import Path
 
 import ray
 
-import strat  # noqa: F401  (thread and offline defaults first)
-from strat.algorithm.reasoning import build_messages
-from strat.benchmarks.figures import BenchContext, BenchSizes, machine_info, training_run
-from strat.benchmarks.monitor import LoadMonitor
-from strat.config import ExperimentConfig, load_config
-from strat.engines.base import chat_messages, chat_prompt_ids
-from strat.eval.exploitability import decision_states, env_at
-from strat.train.ray_node import start_ray
-from strat.train.settings import base_model_path
-from strat.train.trainer import Trainer
+from strat.process_env import apply_defaults
+
+apply_defaults()  # one OpenMP thread and quiet logs, before torch or vLLM is imported (`import strat` sets nothing)
+
+from strat.algorithm.reasoning import build_messages  # noqa: E402
+from strat.benchmarks.figures import BenchContext, BenchSizes, machine_info, training_run  # noqa: E402
+from strat.benchmarks.monitor import LoadMonitor  # noqa: E402
+from strat.config import ExperimentConfig, load_config  # noqa: E402
+from strat.engines.base import chat_messages, chat_prompt_ids  # noqa: E402
+from strat.eval.exploitability import decision_states, env_at  # noqa: E402
+from strat.train.ray_node import start_ray  # noqa: E402
+from strat.train.settings import base_model_path  # noqa: E402
+from strat.train.trainer import Trainer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is no package: trl_side holds the shared records
-from trl_side import ExportedPrompt, StepWork, Work, trl_batching
+from trl_side import ExportedPrompt, StepWork, Work, trl_batching  # noqa: E402
 
 HERE = Path(__file__).resolve().parent.parent
 DEFAULT_VENV = HERE / "bench" / ".venv-trl"

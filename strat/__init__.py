@@ -1,7 +1,6 @@
-"""Strat: train LLM agents to reason strategically in multi-agent games."""
+"""Strat: train LLM agents to reason strategically in multi-agent games.
 
-from strat._env import apply_defaults
-
-apply_defaults()
+Importing it changes nothing in the process: the environment defaults (`strat.process_env`) are applied where a
+process starts (the `strat` command, Ray actors' runtime env, tests' conftest, scripts)."""
 
 __version__ = "0.1.0"

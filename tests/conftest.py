@@ -11,7 +11,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import strat  # noqa: F401  (sets thread defaults before torch is imported)
+from strat.process_env import apply_defaults
+
+# One OpenMP thread and quiet logs, as the `strat` command has them: before anything imports torch (`import strat`
+# sets nothing). Actors of a Ray node a test starts inherit them.
+apply_defaults()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import ray
 
-import strat  # noqa: F401  (thread and offline defaults before torch work)
 from strat.engines import Engine, EngineSettings, Generation, SamplingParams, build_engine
 
 

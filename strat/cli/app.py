@@ -11,6 +11,7 @@ import typer
 
 from strat.config import ExperimentConfig, load_config
 from strat.errors import ConfigError, JobError, RunAborted, UserError
+from strat.process_env import apply_defaults
 
 app = typer.Typer(
     name="strat",
@@ -32,7 +33,10 @@ def load(config: Path, overrides: list[str] | None) -> ExperimentConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `strat` console script; user errors exit 2 with one line on stderr."""
+    """Entry point of the `strat` console script (and of `python -m strat.cli`); user errors exit 2 with one line on
+    stderr. The process's environment defaults (`strat.process_env`) come first: nothing `strat.cli` imports loads
+    torch or vLLM, the verbs import them when they run."""
+    apply_defaults()
     try:
         # Outside standalone mode click returns a verb's `typer.Exit(code)` (e.g. `submit --follow`'s job status)
         # instead of exiting, and otherwise the verb's own return value.

@@ -86,10 +86,10 @@ def publish_weights(learner: Any, mode: SyncMode, path: str | Path | None) -> An
     the learner staged for its broadcast. Resolve the last two and hand them to `loadable`."""
     _check_mode(mode, path)
     if mode == "object_store":
-        return learner.state_dict.remote()
+        return learner.state_dict()
     if mode == "collective":
-        return learner.stage_weights.remote()
-    return learner.export_weights_dir.remote(str(path), True)
+        return learner.stage_weights()
+    return learner.export_weights_dir(str(path), True)
 
 
 def publish_snapshot(learner: Any, mode: SyncMode, path: str | Path | None) -> Any:
@@ -98,10 +98,10 @@ def publish_snapshot(learner: Any, mode: SyncMode, path: str | Path | None) -> A
     pruning the policy's versions never removes it."""
     _check_mode(mode, path)
     if mode == "object_store":
-        return learner.take_snapshot.remote()
+        return learner.take_snapshot()
     if mode == "collective":
-        return learner.stage_snapshot.remote(True)
-    return learner.take_snapshot_dir.remote(str(path), True)
+        return learner.stage_snapshot(True)
+    return learner.take_snapshot_dir(str(path), True)
 
 
 def loadable(mode: SyncMode, ref: Any, result: Any, broadcast: WeightBroadcast | None) -> Any:
@@ -146,10 +146,8 @@ class WeightBroadcast:
     def __init__(self, learner: Any, weights: str, backend: str) -> None:
         if weights not in (POLICY, SNAPSHOT):
             raise ValueError(f"weight group for {weights!r} (allowed: {POLICY}, {SNAPSHOT})")
-        # Only rank 0 of a group of learner ranks (a LearnerGroup, which lists its `ranks`) holds gathered
-        # weights: it alone is in the weight group. A single learner's actor handle has no `ranks`.
-        ranks = getattr(learner, "ranks", None)
-        self.sender = ranks[0] if ranks else learner
+        # Only rank 0 of the learner's group (a LearnerGroup) holds gathered weights: it alone is in the weight group.
+        self.sender = learner.ranks[0]
         self.weights = weights
         self.backend = backend
         self.members: list[Any] = []
@@ -192,16 +190,18 @@ class WeightSync:
     `restore` both after a checkpoint is loaded, and `reload_calls` for agents restarted after a fault, which get
     the version the others hold.
 
-    `agents` and `snapshot` return the current handles (a restart replaces them); `learner_get` waits for a
-    learner call (the trainer ends the run when the learner dies), `on_agents` for the agents' calls."""
+    `learner` is the run's `LearnerGroup`; `agents` and `snapshot` return the current handles (a restart replaces
+    them); `learner_get` waits for a learner call (the group's own `get` by default, which waits for every rank; the
+    trainer ends the run when the learner dies), `on_agents` for the agents' calls."""
 
     def __init__(self, config: ExperimentConfig, run_dir: str | Path, learner: Any,
                  agents: Callable[[], Sequence[Any]], snapshot: Callable[[], Any | None] = lambda: None,
-                 learner_get: Callable[[Any], Any] = ray.get, on_agents: AgentCalls = _wait) -> None:
+                 learner_get: Callable[[Any], Any] | None = None, on_agents: AgentCalls = _wait) -> None:
         self.mode: SyncMode = resolve_weight_sync(config)
         self.config, self.run_dir, self.learner = config, run_dir, learner
         self._agents, self._snapshot = agents, snapshot
-        self._learner_get, self._on_agents = learner_get, on_agents
+        self._learner_get = learner_get if learner_get is not None else learner.get
+        self._on_agents = on_agents
         self.broadcasts: dict[str, WeightBroadcast] = {}
         """Collective sync: the weight group of the policy's agents (POLICY) and the snapshot agent's (SNAPSHOT)."""
         if self.mode == "collective":
@@ -241,7 +241,7 @@ class WeightSync:
             return
         if self.mode == "collective":
             # The learner restored the snapshot with the checkpoint: broadcast it from there, no disk.
-            ref = self.learner.stage_snapshot.remote(False)
+            ref = self.learner.stage_snapshot(False)
             self.snapshot_weights = loadable("collective", ref, self._learner_get(ref), self.broadcasts[SNAPSHOT])
         else:
             # A copy outside the checkpoint, which keep_checkpoints may prune while a restarted snapshot agent could

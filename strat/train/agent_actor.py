@@ -10,7 +10,6 @@ from pathlib import Path
 import ray
 import torch
 
-import strat  # noqa: F401  (thread and offline defaults before torch work)
 from strat.engines import Engine, EngineSettings, Generation, SamplingParams, build_engine
 from strat.sync.fingerprint import WeightsTag
 from strat.sync.process_group import TensorMeta

@@ -8,7 +8,6 @@ from typing import Any
 import ray
 import torch
 
-import strat  # noqa: F401
 from strat.algorithm.comparison import (
     AgreementScorer,
     ChatMessages,

@@ -25,6 +25,7 @@ from strat.sync.weights import WeightSync
 from strat.train.agent_actor import AgentActor
 from strat.train.comparator_actor import CoTComparator
 from strat.train.learner_actor import LearnerGroup
+from strat.train.ray_node import actor_env_vars
 from strat.train.rollout import GroupPlan
 from strat.train.rollout_actor import RolloutWorker
 from strat.train.settings import agreement_settings, engine_settings, learner_settings, rollout_settings
@@ -91,18 +92,24 @@ class Fleet:
     # --- start and stop ----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start and place every actor, and the weight sync; returns once all are ready."""
+        """Start and place every actor, and the weight sync; returns once all are ready.
+
+        Each actor's own runtime env carries `ray_node.actor_env_vars()` (one OpenMP thread, quiet logs, the driver's
+        offline and cache settings): when `start_ray` initialised Ray the job's runtime env holds the same values
+        (Ray merges an actor's env_vars into the job's), but when the caller ran `ray.init` itself nothing else sets
+        them before an actor's process imports torch (Ray would set OMP_NUM_THREADS alone, to the actor's num_cpus)."""
         config = self.config
         res = config.resources
         check_resources(config, ray.cluster_resources())
         self._engine_settings = engine_settings(config)
+        env = {"runtime_env": {"env_vars": actor_env_vars()}}  # see the docstring
         if needs_placement(config):
             # One placement group per role; a plan that cannot fit is refused here, before any actor.
             self.placement = reserve(plan_placement(config, cluster_from_ray(ray.nodes())), res.actor_start_timeout_s)
         # An agent's engine holds all of its tensor-parallel GPUs.
         self._agent_cls = (AgentActor, {"num_cpus": res.cpus_per_agent,
-                                        "num_gpus": res.gpus_per_agent * config.engine.tensor_parallel_size})
-        self._worker_cls = (RolloutWorker, {"num_cpus": res.cpus_per_worker})
+                                        "num_gpus": res.gpus_per_agent * config.engine.tensor_parallel_size, **env})
+        self._worker_cls = (RolloutWorker, {"num_cpus": res.cpus_per_worker, **env})
         self.agents = [self._new_agent(index=i) for i in range(res.agents)]
         self.snapshot = None
         if any(o.kind == "snapshot" for o in config.game.opponents):
@@ -110,13 +117,13 @@ class Fleet:
         self.workers = [self._new_worker(i) for i in range(res.rollout_workers)]
         weights = config.comparison.weights
         self.comparator = CoTComparator.options(
-            num_cpus=res.cpus_comparator, num_gpus=res.gpus_comparator, **self._placed("comparator")
+            num_cpus=res.cpus_comparator, num_gpus=res.gpus_comparator, **env, **self._placed("comparator")
         ).remote(ComparisonWeights(weights.predict, weights.belief, weights.agreement), agreement_settings(config),
                  self.judges(), config.comparison.skip_forced)
         # One handle for all learner ranks (data-parallel FSDP2 when there are several).
         self.learner = LearnerGroup.start(
             self.model_path, learner_settings(config), res.learner_world_size,
-            lambda rank: {"num_cpus": res.cpus_learner, "num_gpus": res.gpus_per_learner_rank,
+            lambda rank: {"num_cpus": res.cpus_learner, "num_gpus": res.gpus_per_learner_rank, **env,
                           **self._placed("learner", rank)},
             res.actor_start_timeout_s,
         )

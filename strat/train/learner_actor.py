@@ -13,7 +13,6 @@ import torch
 import torch.distributed as dist
 from ray.exceptions import GetTimeoutError
 
-import strat  # noqa: F401
 from strat.algorithm.records import TrainSample
 from strat.errors import PlacementError
 from strat.model.build import resolve_device
@@ -167,13 +166,13 @@ class Learner:
 
 
 class LearnerGroup:
-    """The learner's ranks behind one handle, used the way a single Learner handle is:
-    `group.<method>.remote(*args)` calls the method on every rank (under FSDP2 each is a collective that needs
-    all of them) and returns rank 0's ObjectRef; `group.get(ref)` waits for every rank and raises the first
-    rank's failure as soon as it happens. With one rank it is that one actor."""
+    """The learner's ranks behind one handle, the only way the driver (and the tests) call a learner. Each method
+    below calls the Learner method of that name on every rank (under FSDP2 each is a collective that needs all of
+    them) and returns rank 0's ObjectRef at once; `get(ref)` waits for every rank and returns rank 0's result,
+    raising the first rank's failure as soon as it happens. With one rank it is that one actor.
 
-    METHODS = ("ready", "update", "set_rehearsal", "state_dict", "take_snapshot", "refresh_anchor", "export_weights_dir",
-               "take_snapshot_dir", "stage_weights", "stage_snapshot", "greedy", "save", "load")
+    Rank 0 alone holds the gathered weights; a weight group (`strat.sync.weights.WeightBroadcast`) talks to
+    `ranks[0]` directly."""
 
     def __init__(self, ranks: list[Any]) -> None:
         if not ranks:
@@ -205,12 +204,69 @@ class LearnerGroup:
                 rank.join.remote(address)
         return cls(ranks)
 
-    def __getattr__(self, name: str) -> _GroupMethod:
-        if name not in LearnerGroup.METHODS:
-            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
-        return _GroupMethod(self, name)
+    # --- the Learner's methods, on every rank; each returns rank 0's ObjectRef (resolve it with `get`) ----------
 
-    def call(self, method: str, *args: Any) -> Any:
+    def ready(self) -> ray.ObjectRef:
+        """-> True once every rank's model is built (raises why a rank has none)."""
+        return self.call("ready")
+
+    def update(self, samples: list[TrainSample]) -> ray.ObjectRef:
+        """One policy update on `samples` (each rank trains on its share) -> the update's metrics, dict[str, float]."""
+        return self.call("update", samples)
+
+    def set_rehearsal(self, samples: list[TrainSample], score: bool) -> ray.ObjectRef:
+        """DPH-RL's rehearsal samples; with `score`, scored at the current weights -> list[TrainSample] as kept."""
+        return self.call("set_rehearsal", samples, score)
+
+    def state_dict(self) -> ray.ObjectRef:
+        """-> the merged weights, dict[str, torch.Tensor] (Hugging Face names)."""
+        return self.call("state_dict")
+
+    def take_snapshot(self) -> ray.ObjectRef:
+        """Freeze the current weights as the snapshot opponent's -> those weights, dict[str, torch.Tensor]."""
+        return self.call("take_snapshot")
+
+    def refresh_anchor(self) -> ray.ObjectRef:
+        """Move the KL anchor (`kl_reference: snapshot`) to the current weights, for a run with no snapshot
+        opponent -> None."""
+        return self.call("refresh_anchor")
+
+    def export_weights_dir(self, path: str, prune_older: bool = False) -> ray.ObjectRef:
+        """Write the current weights as safetensors into `path` (with `prune_older`, the other `step_<n>` versions
+        next to it removed first) -> the absolute path written, str."""
+        return self.call("export_weights_dir", path, prune_older)
+
+    def take_snapshot_dir(self, path: str, prune_older: bool = False) -> ray.ObjectRef:
+        """Freeze the current weights as the snapshot opponent's and write them into `path` (as
+        `export_weights_dir`) -> the absolute path written, str."""
+        return self.call("take_snapshot_dir", path, prune_older)
+
+    def stage_weights(self) -> ray.ObjectRef:
+        """Gather the current weights on rank 0 for a collective sync's broadcast -> their metadata,
+        list[TensorMeta]."""
+        return self.call("stage_weights")
+
+    def stage_snapshot(self, take: bool = True) -> ray.ObjectRef:
+        """Freeze the current weights as the snapshot (`take=False`: the one a checkpoint restored) for a collective
+        sync's broadcast -> their metadata, list[TensorMeta]."""
+        return self.call("stage_snapshot", take)
+
+    def greedy(self, prompts: list[list[int]], max_new_tokens: int) -> ray.ObjectRef:
+        """The training model's own greedy completions -> list[list[int]] (what a synced engine must match)."""
+        return self.call("greedy", prompts, max_new_tokens)
+
+    def save(self, run_dir: str, step: int, loop_state: dict[str, Any], keep: int) -> ray.ObjectRef:
+        """A checkpoint of step `step` under `run_dir` with the driver's `loop_state`, keeping the last `keep`
+        -> the checkpoint's path, str."""
+        return self.call("save", run_dir, step, loop_state, keep)
+
+    def load(self, path: str, step: int) -> ray.ObjectRef:
+        """Restore the checkpoint at `path` (of `step`) -> the loop state saved with it, dict[str, Any]."""
+        return self.call("load", path, step)
+
+    # --- calling and waiting ----------------------------------------------------------------------------------
+
+    def call(self, method: str, *args: Any) -> ray.ObjectRef:
         """Call `method` on every rank; rank 0's ObjectRef (resolve it with `get`)."""
         if len(self.ranks) > 1:
             args = tuple(ray.put(arg) for arg in args)  # into the object store once, not once per rank
@@ -219,7 +275,7 @@ class LearnerGroup:
             self._others[refs[0]] = refs[1:]
         return refs[0]
 
-    def get(self, ref: Any) -> Any:
+    def get(self, ref: ray.ObjectRef) -> Any:
         """Rank 0's result of a call once every rank has finished it. A failed rank's error is raised at once:
         the others may be waiting for it inside a collective."""
         pending = [ref, *self._others.pop(ref, [])]
@@ -227,14 +283,3 @@ class LearnerGroup:
             done, pending = ray.wait(pending, num_returns=1)
             ray.get(done)
         return ray.get(ref)
-
-
-class _GroupMethod:
-    """`group.<name>`: `.remote(*args)` calls it on every rank."""
-
-    def __init__(self, group: LearnerGroup, name: str) -> None:
-        self.group = group
-        self.name = name
-
-    def remote(self, *args: Any) -> Any:
-        return self.group.call(self.name, *args)

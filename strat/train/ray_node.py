@@ -1,4 +1,5 @@
-"""Joining or starting the Ray cluster a run uses, the same way for `strat train` and `strat bench`."""
+"""Joining or starting the Ray cluster a run uses, the same way for `strat train` and `strat bench`, and the
+environment every actor's process gets."""
 
 from __future__ import annotations
 
@@ -7,19 +8,40 @@ import sys
 
 import ray
 
-ACTOR_ENV_KEYS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "STRAT_CACHE_DIR")
-"""The driver's environment variables every actor gets (offline hub, threads, the model cache)."""
+from strat.process_env import with_defaults
+
+ACTOR_ENV_KEYS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "STRAT_CACHE_DIR")
+"""The driver's environment variables every actor gets, where the driver has them (offline hub, the model cache),
+besides the process defaults (`strat.process_env.DEFAULTS`: threads, logs)."""
+
+
+def actor_env_vars() -> dict[str, str]:
+    """The environment variables of every actor's process: the process defaults (`strat.process_env`; the driver's
+    value where it set one), the driver's ACTOR_ENV_KEYS, and vLLM in-process.
+
+    They travel in Ray's runtime env, which Ray puts in a worker's environment before its Python starts. An actor's
+    `__init__` would be too late: OpenMP reads `OMP_NUM_THREADS` when torch loads, and the worker imports torch as it
+    unpickles the actor's class (its module imports torch). And they do not depend on the node: a worker otherwise
+    inherits the environment of its node's raylet (of `ray start`, on a cluster Strat did not start), not the
+    driver's, with OMP_NUM_THREADS set by Ray to the actor's num_cpus where that has none. A value set only on a
+    node, not where the driver runs, is overridden here: set it in the driver's environment (or with
+    `strat submit --env`)."""
+    env_vars = with_defaults()
+    env_vars.update({key: os.environ[key] for key in ACTOR_ENV_KEYS if key in os.environ})
+    env_vars["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    return env_vars
 
 
 def start_ray(address: str | None = None, local: bool = False) -> bool:
     """Join the cluster at `address` (or `$RAY_ADDRESS`), or start a local node: every CPU, no dashboard, Ray's
-    token authentication on. Actors get the driver's ACTOR_ENV_KEYS, and vLLM in-process. Returns whether a node was
-    started or joined here (False when Ray was already initialised: the caller must not shut it down). `local` always
-    starts a local node, whatever `$RAY_ADDRESS` says (benchmarks measure this machine)."""
+    token authentication on. The job's runtime env carries `actor_env_vars()`, so that every actor of the run, on
+    any node, gets them. Returns whether a node was started or joined here (False when Ray was already initialised:
+    the caller must not shut it down, and its job carries no such runtime env: `Fleet` gives its actors the same
+    variables itself). `local` always starts a local node, whatever `$RAY_ADDRESS` says (benchmarks measure this
+    machine)."""
     if ray.is_initialized():
         return False
-    env_vars = {key: os.environ[key] for key in ACTOR_ENV_KEYS if key in os.environ}
-    env_vars["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    env_vars = actor_env_vars()
     if not local:
         address = address or ("auto" if os.environ.get("RAY_ADDRESS") else None)
     else:

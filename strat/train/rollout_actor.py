@@ -7,7 +7,6 @@ from typing import Any
 import ray
 from transformers import AutoTokenizer
 
-import strat  # noqa: F401
 from strat.algorithm.records import Episode
 from strat.engines import Generation, SamplingParams
 from strat.engines.base import chat_prompt_ids

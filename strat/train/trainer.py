@@ -255,15 +255,6 @@ class Trainer:
         if self.fleet is not None:
             self.fleet.stop()
 
-    # The run's actors, as the fleet holds them now (a restart replaces a dead one).
-    agents = property(lambda self: self.fleet.agents)
-    workers = property(lambda self: self.fleet.workers)
-    snapshot = property(lambda self: self.fleet.snapshot)
-    comparator = property(lambda self: self.fleet.comparator)
-    learner = property(lambda self: self.fleet.learner)
-    sync = property(lambda self: self.fleet.sync)
-    restarts = property(lambda self: self.fleet.restarts)
-
     def _stop_ray(self) -> None:
         if getattr(self, "_owns_ray", False) and ray.is_initialized():
             ray.shutdown()
@@ -285,11 +276,11 @@ class Trainer:
         latest = checkpoint.latest(self.run_dir)
         if latest is None:
             raise ConfigError(f"no complete checkpoint in {self.run_dir} to resume from")
-        loop_state = self.fleet.learner_get(self.learner.load.remote(str(latest.path), latest.step))
+        loop_state = self.fleet.learner_get(self.fleet.learner.load(str(latest.path), latest.step))
         self.step = latest.step
         self._checkpointed_step = latest.step
         self.baseline.load_state_dict(loop_state.get("baseline", {}))
-        self.sync.restore(self.step, int(loop_state.get("snapshot_step", 0)), latest.path)
+        self.fleet.sync.restore(self.step, int(loop_state.get("snapshot_step", 0)), latest.path)
         if checkpoint.NEXT_ROLLOUT in loop_state:
             # The rollout in flight when the checkpoint was written: it ran on weights the checkpoint does not hold.
             self._ready = rollout_from_json(loop_state[checkpoint.NEXT_ROLLOUT])
@@ -310,7 +301,7 @@ class Trainer:
         if algo.dph_divergence == "none":
             return
         if stored is not None:
-            self.fleet.learner_get(self.learner.set_rehearsal.remote(stored, False))
+            self.fleet.learner_get(self.fleet.learner.set_rehearsal(stored, False))
             return
         settings = dataclasses.replace(rollout_settings(self.config), opponents=(OpponentConfig(kind="self"),))
         episodes: list[Episode] = []
@@ -324,7 +315,7 @@ class Trainer:
             if len(episode_samples(episodes, algo.dph_samples)) >= algo.dph_samples:
                 break
         samples = episode_samples(episodes, algo.dph_samples)
-        scored = self.fleet.learner_get(self.learner.set_rehearsal.remote(samples, True))
+        scored = self.fleet.learner_get(self.fleet.learner.set_rehearsal(samples, True))
         record = save_rehearsal(self.run_dir, scored)
         log.info("DPH-RL: %d rehearsal samples of the initial policy's self-play stored (sha256 %s)",
                  record.samples, record.sha256[:12])
@@ -334,11 +325,11 @@ class Trainer:
         that dies while the policy judges is restarted and the scoring repeated."""
         while True:
             try:
-                return ray.get(self.comparator.score.remote(episodes))
+                return ray.get(self.fleet.comparator.score.remote(episodes))
             except Exception as err:  # noqa: BLE001
                 if not actor_died(err):
                     raise
-                if not (self.fleet.judges() and self.fleet.alive(self.comparator)):
+                if not (self.fleet.judges() and self.fleet.alive(self.fleet.comparator)):
                     break
                 self.fleet.recover("comparison", err)
         if self.step > 0 and self._checkpointed_step != self.step:
@@ -440,7 +431,7 @@ class Trainer:
         with timer.phase("advantage"):
             samples, stats = self._advantages(step, scored)
         with timer.phase("learn"):
-            learn = self.fleet.learner_get(self.learner.update.remote(samples))
+            learn = self.fleet.learner_get(self.fleet.learner.update(samples))
         self.step = step
         last = step == config.schedule.steps
         evaluate = config.schedule.eval_every > 0 and (_due(step, config.schedule.eval_every) or last)
@@ -464,7 +455,7 @@ class Trainer:
             "time/rollout_wait_s": timer.seconds["rollout"],
             "time/rollout_s": rollout.seconds,
             "throughput/gen_tokens_per_s": gen_tokens / rollout.seconds if rollout.seconds > 0 else 0.0,
-            "faults/actor_restarts": float(self.restarts),
+            "faults/actor_restarts": float(self.fleet.restarts),
         })
         return record
 
@@ -528,7 +519,7 @@ class Trainer:
     def _push_weights(self, version: int, timer: PhaseTimer) -> None:
         """The learner's weights to every agent, and to the snapshot opponent when its refresh is due."""
         with timer.phase("sync"):
-            self.sync.push(version)
+            self.fleet.sync.push(version)
         with timer.phase("snapshot"):
             self._maybe_snapshot(version)
 
@@ -536,20 +527,21 @@ class Trainer:
         every = self.config.schedule.snapshot_every
         if not every or step % every:
             return
-        if self.snapshot is not None:
-            self.sync.refresh_snapshot(step)  # the snapshot opponent, and with it the KL anchor
+        if self.fleet.snapshot is not None:
+            self.fleet.sync.refresh_snapshot(step)  # the snapshot opponent, and with it the KL anchor
         elif self.config.algorithm.kl_reference == "snapshot":
-            self.fleet.learner_get(self.learner.refresh_anchor.remote())
+            self.fleet.learner_get(self.fleet.learner.refresh_anchor())
 
     def _checkpoint(self, step: int, timer: PhaseTimer | None = None) -> None:
         """Save the learner and the loop after step `step`; with overlap, after draining the pipeline (`_drain`), with
         the next step's rollout."""
         timer = timer or PhaseTimer(STEP_PHASES)
         self._drain(step, timer)
-        loop_state: dict[str, Any] = {"baseline": self.baseline.state_dict(), "snapshot_step": self.sync.snapshot_step}
+        loop_state: dict[str, Any] = {"baseline": self.baseline.state_dict(),
+                                      "snapshot_step": self.fleet.sync.snapshot_step}
         if self._ready is not None and self._ready.step == step + 1:
             loop_state[checkpoint.NEXT_ROLLOUT] = rollout_to_json(self._ready)
-        ref = self.learner.save.remote(str(self.run_dir), step, loop_state, self.config.schedule.keep_checkpoints)
+        ref = self.fleet.learner.save(str(self.run_dir), step, loop_state, self.config.schedule.keep_checkpoints)
         try:
             with timer.phase("checkpoint"):
                 path = self.fleet.learner_get(ref)
@@ -575,7 +567,7 @@ class Trainer:
         out: dict[str, Any] = {}
         for opponent in ["random", *(held_out_opponents(config) if held_out else [])]:
             played = self.fleet.call_agents(
-                "evaluation", lambda name=opponent: self.workers[0].play_vs.remote(name, config.eval.games, seed)
+                "evaluation", lambda name=opponent: self.fleet.workers[0].play_vs.remote(name, config.eval.games, seed)
             )
             mean_return, return_ci = mean_interval(played.returns)
             out[f"eval/return_vs_{opponent}"] = mean_return
@@ -584,7 +576,7 @@ class Trainer:
             if played.draws:
                 out[f"eval/draw_rate_vs_{opponent}"] = sum(played.draws) / len(played.draws)
         if exploitable(config.game.name, dict(config.game.options)) and config.eval.samples_per_infoset > 0:
-            estimate = self.fleet.call_agents("evaluation", lambda: self.workers[0].exploitability.remote(
+            estimate = self.fleet.call_agents("evaluation", lambda: self.fleet.workers[0].exploitability.remote(
                 config.eval.samples_per_infoset, seed, config.eval.bootstrap))
             out["eval/exploitability"] = estimate.value
             out["eval/exploitability_ci"] = [estimate.ci_low, estimate.ci_high]

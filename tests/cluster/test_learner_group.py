@@ -74,12 +74,12 @@ def test_two_ranks_step_export_and_checkpoint_as_one_learner(
     group = LearnerGroup.start(str(tiny_model_dir), settings, 2, lambda rank: {"num_cpus": 0.5})
     reference = PolicyLearner(tiny_model_dir, settings)
     try:
-        ray.get([rank.ready.remote() for rank in group.ranks])
+        group.get(group.ready())
         samples = _samples(reference.tokenizer)
         assert [len(part) for part in split_for_ranks(samples, 2)] == [2, 3]
         # A full batch, then fewer samples than ranks: rank 1 has nothing of its own and trains on a weight-0 copy.
         for batch in (samples, samples[:1]):
-            ours = group.get(group.update.remote(batch))
+            ours = group.get(group.update(batch))
             theirs = reference.update(batch)
             assert ours["learn/skipped"] == theirs["learn/skipped"] == 0
             for key in ("loss/policy", "learn/grad_norm", "loss/ratio_mean", "logprob/engine_learner_gap"):
@@ -87,14 +87,14 @@ def test_two_ranks_step_export_and_checkpoint_as_one_learner(
             assert ours["learn/tokens"] == theirs["learn/tokens"]
         expected = reference.state_dict()
         assert not _close(expected, PolicyLearner(tiny_model_dir, settings).state_dict(), atol=1e-4)
-        assert _close(group.get(group.state_dict.remote()), expected)
+        assert _close(group.get(group.state_dict()), expected)
         prompts = [list(s.prompt_token_ids) for s in samples[:2]]
-        assert group.get(group.greedy.remote(prompts, 8)) == reference.greedy(prompts, 8)
+        assert group.get(group.greedy(prompts, 8)) == reference.greedy(prompts, 8)
 
-        exported = Path(group.get(group.export_weights_dir.remote(str(tmp_path / "sync" / "step_2"), True)))
+        exported = Path(group.get(group.export_weights_dir(str(tmp_path / "sync" / "step_2"), True)))
         assert _close(load_file(exported / "model.safetensors"), expected)
 
-        path = group.get(group.save.remote(str(tmp_path / "run"), 2, {"baseline": {}}, 1))
+        path = group.get(group.save(str(tmp_path / "run"), 2, {"baseline": {}}, 1))
         resumed = PolicyLearner(tiny_model_dir, settings)
         assert resumed.load(checkpoint.Checkpoint(Path(path), 2))["step"] == 2
         assert _close(resumed.state_dict(), expected)
@@ -105,10 +105,10 @@ def test_two_ranks_step_export_and_checkpoint_as_one_learner(
 
         # And the reverse: the group resumes a single learner's checkpoint, optimizer included.
         single = resumed.save(tmp_path / "single", 3, {"baseline": {}}, keep=1)
-        assert group.get(group.load.remote(str(single.path), 3))["step"] == 3
-        group.get(group.update.remote(samples))
+        assert group.get(group.load(str(single.path), 3))["step"] == 3
+        group.get(group.update(samples))
         resumed.update(samples)
-        assert _close(group.get(group.state_dict.remote()), resumed.state_dict())
+        assert _close(group.get(group.state_dict()), resumed.state_dict())
     finally:
         for rank in group.ranks:
             ray.kill(rank)
@@ -124,16 +124,16 @@ def test_two_ranks_anchor_the_kl_on_the_gathered_snapshot(local_ray, tiny_model_
     group = LearnerGroup.start(str(tiny_model_dir), settings, 2, lambda rank: {"num_cpus": 0.5})
     single = PolicyLearner(tiny_model_dir, settings)
     try:
-        ray.get([rank.ready.remote() for rank in group.ranks])
+        group.get(group.ready())
         samples = _samples(single.tokenizer)
         for _ in range(2):
-            group.get(group.update.remote(samples))
+            group.get(group.update(samples))
             single.update(samples)
-        group.get(group.take_snapshot.remote())
+        group.get(group.take_snapshot())
         single.take_snapshot()
         figures = []
         for _ in range(2):  # the first update starts at the anchor (KL 0); the second has moved off it
-            figures.append((group.get(group.update.remote(samples))["loss/kl"], single.update(samples)["loss/kl"]))
+            figures.append((group.get(group.update(samples))["loss/kl"], single.update(samples)["loss/kl"]))
         assert figures[0] == pytest.approx((0.0, 0.0), abs=1e-7)
         ours, theirs = figures[1]
         assert theirs > 1e-6 and ours == pytest.approx(theirs, rel=1e-3, abs=1e-8)
@@ -160,10 +160,10 @@ def test_driver_trains_checkpoints_and_resumes_with_two_learner_ranks(
     trainer = Trainer(config, config.run_dir)
 
     def on_step(record: dict) -> None:
-        assert trainer.learner.ranks and len(trainer.learner.ranks) == 2
+        assert trainer.fleet.learner.ranks and len(trainer.fleet.learner.ranks) == 2
         assert record["learn/skipped"] == 0 and record["learn/samples"] > 0
         if record["step"] == 2:
-            ray.kill(trainer.learner.ranks[1], no_restart=True)  # rank 0 is left waiting in a collective
+            ray.kill(trainer.fleet.learner.ranks[1], no_restart=True)  # rank 0 is left waiting in a collective
 
     with pytest.raises(RunAborted, match="learner actor died at step 3; the last complete checkpoint is step 2"):
         trainer.run(on_step)

@@ -17,6 +17,7 @@ from strat.config import load_config
 from strat.engines import SamplingParams
 from strat.sync.weights import PREFIX, WeightSync, sync_root
 from strat.train.learner import LearnerSettings
+from strat.train.learner_actor import LearnerGroup
 
 from .sync_helpers import perturbing_samples, prompts_for
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 @dataclass
 class Cluster:
-    learner: Any
+    learner: LearnerGroup
     agents: list[Any]
     prompts: list[list[int]]
     samples: list[TrainSample]
@@ -37,14 +38,13 @@ class Cluster:
 def cluster(tiny_model_dir: Path) -> Iterator[Cluster]:
     from strat.engines import EngineSettings
     from strat.train.agent_actor import AgentActor
-    from strat.train.learner_actor import Learner
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         # One agent keeps the module's start-up short (each actor process imports torch and transformers).
         agents = [AgentActor.options(num_cpus=0.25).remote("hf", str(tiny_model_dir), EngineSettings())]
-        learner = Learner.options(num_cpus=0.25).remote(str(tiny_model_dir), LearnerSettings(lr=2e-2))
-        ray.get([h.ready.remote() for h in (*agents, learner)], timeout=300)
+        learner = LearnerGroup.start(str(tiny_model_dir), LearnerSettings(lr=2e-2), 1, lambda rank: {"num_cpus": 0.25})
+        ray.get([*(agent.ready.remote() for agent in agents), learner.ready()], timeout=300)
         tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
         yield Cluster(learner, agents, prompts_for(tokenizer), perturbing_samples(tokenizer), tiny_model_dir)
     finally:
@@ -60,13 +60,14 @@ def _step(cluster: Cluster) -> list[list[int]]:
     """Reset the agents to the base weights, update the learner twice; the learner's greedy output."""
     ray.get([agent.load_weights_dir.remote(str(cluster.model_dir), 0) for agent in cluster.agents])
     for _ in range(2):
-        ray.get(cluster.learner.update.remote(cluster.samples))
-    return ray.get(cluster.learner.greedy.remote(cluster.prompts, MAX_TOKENS))
+        cluster.learner.get(cluster.learner.update(cluster.samples))
+    return cluster.learner.get(cluster.learner.greedy(cluster.prompts, MAX_TOKENS))
 
 
 def _sync(cluster: Cluster, config: Any) -> WeightSync:
     """The weight sync of the cluster's learner, with its first agent as the snapshot opponent too."""
-    return WeightSync(config, config.run_dir, cluster.learner, lambda: cluster.agents, lambda: cluster.agents[0])
+    return WeightSync(config, config.run_dir, cluster.learner, lambda: cluster.agents, lambda: cluster.agents[0],
+                      cluster.learner.get)
 
 
 @pytest.mark.parametrize("weight_sync", ["object_store", "directory", "collective"])
@@ -100,7 +101,7 @@ def test_a_restored_snapshot_is_broadcast_as_kept(cluster: Cluster, tmp_path: Pa
     snapshot = cluster.agents[0]
     # The agent plays the snapshot alone here: an engine is in one weight group at a time, and in a run the policy's
     # agents and the snapshot agent are different actors.
-    sync = WeightSync(config, config.run_dir, cluster.learner, lambda: [], lambda: snapshot)
+    sync = WeightSync(config, config.run_dir, cluster.learner, lambda: [], lambda: snapshot, cluster.learner.get)
     expected = _step(cluster)
     sync.refresh_snapshot(3)
     _step(cluster)  # the learner moves on; the agent is back to the base weights

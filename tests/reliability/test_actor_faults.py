@@ -81,10 +81,10 @@ def test_dead_worker_or_agent_is_restarted_and_nothing_is_lost(
                           "schedule.checkpoint_every=0")
     trainer = Trainer(config, config.run_dir)
     killed: list = []
-    pick = (lambda t: t.workers[0]) if role == "worker" else (lambda t: t.agents[0])
+    pick = (lambda t: t.fleet.workers[0]) if role == "worker" else (lambda t: t.fleet.agents[0])
     records = trainer.run(_kill_during_step(trainer, pick, after_step=1, delay_s=0.3, killed=killed))
     assert killed, "the kill did not happen"
-    assert trainer.restarts >= 1
+    assert trainer.fleet.restarts >= 1
     assert [r["step"] for r in records] == [1, 2, 3]
     _check_ledger(config)
     # The replayed share ran on restarted actors holding the same weights (synchronous: step s on the update of
@@ -101,7 +101,7 @@ def test_dead_comparator_ends_the_run_with_a_resumable_checkpoint(local_ray, tmp
 
     def on_step(record: dict) -> None:
         if record["step"] == 2:
-            ray.kill(trainer.comparator, no_restart=True)
+            ray.kill(trainer.fleet.comparator, no_restart=True)
 
     with pytest.raises(RunAborted, match=r"comparator actor died at step 3; the last complete checkpoint is step 2"):
         trainer.run(on_step)
@@ -118,7 +118,7 @@ def test_dead_learner_ends_the_run_naming_the_last_checkpoint(local_ray, tmp_pat
 
     def on_step(record: dict) -> None:
         if record["step"] == 2:
-            ray.kill(trainer.learner.ranks[0], no_restart=True)
+            ray.kill(trainer.fleet.learner.ranks[0], no_restart=True)
 
     with pytest.raises(RunAborted, match=r"learner actor died at step 3; the last complete checkpoint is step 2: "
                                          r"continue with strat train --resume"):

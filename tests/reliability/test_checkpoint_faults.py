@@ -16,7 +16,9 @@ from strat.train.learner import LearnerSettings, PolicyLearner
 KILLED_WRITE = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
-    import strat, torch
+    from strat.process_env import apply_defaults
+    apply_defaults()  # as the `strat` command does, before torch is imported
+    import torch
     from strat.train.learner import LearnerSettings, PolicyLearner
 
     run_dir, model = Path(sys.argv[1]), sys.argv[2]

@@ -1,4 +1,5 @@
-"""A local Ray node started as `strat train` starts it (`start_ray`): what it listens on, and who may connect.
+"""A local Ray node started as `strat train` starts it (`start_ray`): what it listens on, who may connect, and the
+environment its actors get.
 
 Ray 2.60 binds its GCS, raylet and workers to every interface, whatever node IP it is given (`_node_ip_address`,
 `RAY_NODE_IP_ADDRESS` and `ray start --node-ip-address=127.0.0.1` were tried): the loopback test below is an
@@ -17,6 +18,7 @@ import psutil
 import pytest
 import ray
 
+from strat.process_env import DEFAULTS
 from strat.train.ray_node import start_ray
 
 CLIENT_TIMEOUT_S = 120
@@ -28,12 +30,20 @@ class _Worker:
     def pid(self) -> int:
         return os.getpid()
 
+    def environ(self) -> dict[str, str]:
+        return dict(os.environ)
+
 
 @pytest.fixture(scope="module")
 def local_node() -> Iterator[str]:
-    """A local node from `start_ray`, with RAY_AUTH_MODE=disabled inherited, and one actor; its GCS address."""
+    """A local node from `start_ray`, with RAY_AUTH_MODE=disabled inherited and none of the process defaults in its
+    environment, and one actor; its GCS address."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RAY_AUTH_MODE", "disabled")
+        # The node's processes start without the process defaults: an actor can only get them from the job's runtime
+        # env (start_ray gives it the defaults where the driver has no value).
+        for key in DEFAULTS:
+            patch.delenv(key, raising=False)
         assert start_ray(local=True)
         assert os.environ.get("RAY_AUTH_MODE") != "disabled", "start_ray must not start a local node without token auth"
     try:
@@ -79,3 +89,8 @@ def test_a_client_without_the_token_is_refused(local_node: str, tmp_path) -> Non
     # the token's.
     allowed = _connect(local_node, RAY_AUTH_MODE="token")
     assert allowed.returncode == 0 and "connected" in allowed.stdout, allowed.stderr[-2000:]
+
+
+def test_actors_get_the_process_defaults_from_the_runtime_env(local_node: str) -> None:
+    environ = ray.get(_Worker.remote().environ.remote())
+    assert {key: environ.get(key) for key in DEFAULTS} == DEFAULTS

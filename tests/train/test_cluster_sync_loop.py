@@ -30,7 +30,7 @@ def test_sync_makes_agents_answer_as_the_learner(local_ray, tmp_path: Path, tiny
     trainer._start_ray()
     try:
         trainer._start_actors()
-        assert trainer.sync.mode == mode
+        assert trainer.fleet.sync.mode == mode
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -38,25 +38,26 @@ def test_sync_makes_agents_answer_as_the_learner(local_ray, tmp_path: Path, tiny
                    for t in ("You hold the King.", "Your opponent bet.", "Legal actions: pass, bet")]
         greedy = SamplingParams(max_tokens=16, temperature=0)
         target = tuple(tokenizer.encode("<action>bet</action>") + [tokenizer.convert_tokens_to_ids("<|im_end|>")])
-        before = [list(g.token_ids) for g in ray.get(trainer.agents[0].generate.remote(prompts, greedy))]
+        before = [list(g.token_ids) for g in ray.get(trainer.fleet.agents[0].generate.remote(prompts, greedy))]
         samples = [TrainSample("g", f"e{i}", "player_0", 0, tuple(p), target, (0.0,) * len(target), 1.0)
                    for i, p in enumerate(prompts)]
         for _ in range(3):
-            ray.get(trainer.learner.update.remote(samples))
-        expected = ray.get(trainer.learner.greedy.remote(prompts, 16))
+            trainer.fleet.learner_get(trainer.fleet.learner.update(samples))
+        expected = trainer.fleet.learner_get(trainer.fleet.learner.greedy(prompts, 16))
         assert expected != before
         for version in (1, 2):
             # Back to the initial weights first: each sync, the second one too, must move the agent's.
-            ray.get(trainer.agents[0].load_weights_dir.remote(str(tiny_model_dir), 0))
-            assert [list(g.token_ids) for g in ray.get(trainer.agents[0].generate.remote(prompts, greedy))] == before
-            trainer.sync.push(version)
-            after = [list(g.token_ids) for g in ray.get(trainer.agents[0].generate.remote(prompts, greedy))]
+            ray.get(trainer.fleet.agents[0].load_weights_dir.remote(str(tiny_model_dir), 0))
+            reset = ray.get(trainer.fleet.agents[0].generate.remote(prompts, greedy))
+            assert [list(g.token_ids) for g in reset] == before
+            trainer.fleet.sync.push(version)
+            after = [list(g.token_ids) for g in ray.get(trainer.fleet.agents[0].generate.remote(prompts, greedy))]
             assert after == expected
         if mode == "directory":
             assert [p.name for p in (config.run_dir / "sync").iterdir()] == ["step_2"]
         else:  # the weights went through the weight group, formed once for both versions
             assert not (config.run_dir / "sync").exists()
-            assert trainer.sync.broadcasts["policy"].members == trainer.agents
+            assert trainer.fleet.sync.broadcasts["policy"].members == trainer.fleet.agents
     finally:
         trainer._stop_actors()
 

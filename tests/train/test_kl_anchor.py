@@ -93,13 +93,15 @@ def test_an_anchor_without_a_kl_penalty_is_refused() -> None:
     load_config(KUHN, ["game.opponents=[{kind: self, weight: 0.8}, {kind: scripted, name: random, weight: 0.2}]"])
 
 
-class _Remote:
-    def __init__(self, calls: list[str], name: str) -> None:
-        self.calls, self.name = calls, name
+class _LearnerGroup:
+    """The `LearnerGroup` call `_maybe_snapshot` makes; the "ref" it returns is the call's name."""
 
-    def remote(self, *args: object) -> str:
-        self.calls.append(self.name)
-        return self.name
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def refresh_anchor(self) -> str:
+        self.calls.append("anchor")
+        return "anchor"
 
 
 class _Fleet:
@@ -109,7 +111,7 @@ class _Fleet:
         self.calls: list[str] = []
         self.snapshot = object() if snapshot else None
         self.sync = type("Sync", (), {"refresh_snapshot": lambda _, step: self.calls.append(f"snapshot@{step}")})()
-        self.learner = type("Learner", (), {"refresh_anchor": _Remote(self.calls, "anchor")})()
+        self.learner = _LearnerGroup(self.calls)
 
     def learner_get(self, ref: str) -> str:
         return ref

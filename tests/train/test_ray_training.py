@@ -153,16 +153,16 @@ def test_after_sync_every_agent_generates_like_the_learner(
         ]
         prompts = [list(p["input_ids"] if hasattr(p, "keys") else p) for p in prompts]
         greedy = SamplingParams(max_tokens=16, temperature=0)
-        before = [ray.get(agent.generate.remote(prompts, greedy)) for agent in trainer.agents]
+        before = [ray.get(agent.generate.remote(prompts, greedy)) for agent in trainer.fleet.agents]
         samples = [
             TrainSample("g", f"e{i}", "player_0", 0, tuple(prompt), gen.token_ids, gen.logprobs, -1.0)
             for i, (prompt, gen) in enumerate(zip(prompts, before[0], strict=True))
         ]
-        ray.get(trainer.learner.update.remote(samples))
-        trainer.sync.push(1)
-        state = ray.get(trainer.learner.state_dict.remote())
+        trainer.fleet.learner_get(trainer.fleet.learner.update(samples))
+        trainer.fleet.sync.push(1)
+        state = trainer.fleet.learner_get(trainer.fleet.learner.state_dict())
         expected = _reference_greedy(tiny_model_dir, state, prompts)
-        for agent, old in zip(trainer.agents, before, strict=True):
+        for agent, old in zip(trainer.fleet.agents, before, strict=True):
             after = [list(g.token_ids) for g in ray.get(agent.generate.remote(prompts, greedy))]
             assert after != [list(g.token_ids) for g in old]
             assert after == expected

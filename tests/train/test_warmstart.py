@@ -238,7 +238,8 @@ def test_warm_start_writes_a_loadable_model_atomically(tiny_model_dir: Path, tmp
 def test_warm_start_threads_are_given_back() -> None:
     # A fresh process, as `strat train` and `strat sft` are: an in-process vLLM engine elsewhere in the suite pins
     # the OpenMP threads of this one.
-    code = ("import strat, torch; from strat.model import warmstart\n"
+    code = ("from strat.process_env import apply_defaults; apply_defaults()\n"
+            "import torch; from strat.model import warmstart\n"
             "with warmstart._warm_start_threads(torch): print(torch.get_num_threads())\n"
             "print(torch.get_num_threads())")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
