@@ -11,37 +11,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from strat.algorithm.registry import Registry
+
 if TYPE_CHECKING:
     import torch
 
 AdvantageEstimator = Callable[["torch.Tensor", "torch.Tensor", float], "torch.Tensor"]
 """(outcome [N], process [N], lam) -> advantages [N]."""
 
-_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
+"""The registered estimators."""
 
 
 def register_advantage(name: str) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
     """Register the decorated function as the advantage estimator `name`."""
-
-    def register(estimator: AdvantageEstimator) -> AdvantageEstimator:
-        if name in _ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is registered already")
-        _ESTIMATORS[name] = estimator
-        return estimator
-
-    return register
+    return ESTIMATORS.register(name)
 
 
 def advantage_names() -> list[str]:
     """The registered estimators' names, sorted."""
-    return sorted(_ESTIMATORS)
+    return ESTIMATORS.names()
 
 
 def advantage_estimator(name: str) -> AdvantageEstimator:
     """The estimator registered as `name`."""
-    if name not in _ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {name!r} (registered: {', '.join(advantage_names())})")
-    return _ESTIMATORS[name]
+    return ESTIMATORS.get(name)
 
 
 @register_advantage("outcome")

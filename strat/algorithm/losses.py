@@ -16,6 +16,8 @@ from typing import Literal
 
 import torch
 
+from strat.algorithm.registry import Registry
+
 LossAgg = Literal["token_mean", "seq_mean"]
 KLType = Literal["none", "k1", "k3"]
 Divergence = Literal["none", "forward_kl", "js"]
@@ -263,31 +265,23 @@ class SurrogateInputs:
 PolicySurrogate = Callable[[LossConfig, SurrogateInputs], LossOutput]
 """(the loss options, the inputs) -> the surrogate's loss and diagnostics, aggregated by `config.loss_agg`."""
 
-_SURROGATES: dict[str, PolicySurrogate] = {}
+SURROGATES: Registry[PolicySurrogate] = Registry("policy loss")
+"""The registered surrogates (`algorithm.policy_loss`)."""
 
 
 def register_policy_loss(name: str) -> Callable[[PolicySurrogate], PolicySurrogate]:
     """Register the decorated function as the policy surrogate `name` (`algorithm.policy_loss`)."""
-
-    def register(surrogate: PolicySurrogate) -> PolicySurrogate:
-        if name in _SURROGATES:
-            raise ValueError(f"policy loss {name!r} is registered already")
-        _SURROGATES[name] = surrogate
-        return surrogate
-
-    return register
+    return SURROGATES.register(name)
 
 
 def policy_loss_names() -> list[str]:
     """The registered surrogates' names, sorted."""
-    return sorted(_SURROGATES)
+    return SURROGATES.names()
 
 
 def policy_surrogate(name: str) -> PolicySurrogate:
     """The surrogate registered as `name`."""
-    if name not in _SURROGATES:
-        raise ValueError(f"unknown policy loss {name!r} (registered: {', '.join(policy_loss_names())})")
-    return _SURROGATES[name]
+    return SURROGATES.get(name)
 
 
 @register_policy_loss("clipped")

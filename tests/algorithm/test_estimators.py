@@ -32,7 +32,7 @@ def registered() -> Iterator[None]:
     """`process_when_tied` registered as a user's module would register it, for this test only."""
     register_advantage("test_process_when_tied")(process_when_tied)
     yield
-    estimators._ESTIMATORS.pop("test_process_when_tied")
+    estimators.ESTIMATORS.unregister("test_process_when_tied")
 
 
 def test_the_built_in_estimators_by_hand() -> None:

@@ -52,7 +52,7 @@ def registered() -> Iterator[None]:
     register_policy_loss("test_unclipped")(unclipped)
     CALLS.clear()
     yield
-    losses._SURROGATES.pop("test_unclipped")
+    losses.SURROGATES.unregister("test_unclipped")
 
 
 def test_the_built_in_losses_are_the_surrogates_by_name() -> None:
