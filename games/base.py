@@ -54,6 +54,9 @@ class TextGameEnv(AECEnv, abc.ABC):
     belief_values: ClassVar[BeliefValues | None] = None
     """How a belief about another player's private information is read from text, for the CoT comparison's
     belief accuracy; None in games where a belief names nothing comparable (no belief score)."""
+    exact_posterior: ClassVar[bool] = False
+    """Whether `games.posterior.posterior` enumerates this game's deals exactly for the posterior over a player's
+    private information (an OpenSpiel game with `belief_values` and few enough deals)."""
 
     @abc.abstractmethod
     def rules(self) -> str:

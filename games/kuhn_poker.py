@@ -17,6 +17,7 @@ class KuhnPokerEnv(OpenSpielEnv):
 
     game_name = "kuhn_poker"
     belief_values = staticmethod(card_values)
+    exact_posterior = True
 
     @classmethod
     def _action_names(cls, game: pyspiel.Game) -> list[str]:

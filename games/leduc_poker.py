@@ -20,6 +20,7 @@ class LeducPokerEnv(OpenSpielEnv):
     game_name = "leduc_poker"
     fixed_options = {"action_mapping": False, "suit_isomorphism": False}
     belief_values = staticmethod(card_values)
+    exact_posterior = True
 
     @classmethod
     def _action_names(cls, game: pyspiel.Game) -> list[str]:

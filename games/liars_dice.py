@@ -35,6 +35,7 @@ class LiarsDiceEnv(OpenSpielEnv):
     game_name = "liars_dice"
     fixed_options = {"bidding_rule": "reset-face"}
     belief_values = staticmethod(dice_values)
+    exact_posterior = True
 
     @classmethod
     def _action_names(cls, game: pyspiel.Game) -> list[str]:
