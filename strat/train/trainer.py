@@ -28,7 +28,7 @@ from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
 from strat.config import ExperimentConfig, OpponentConfig, held_out_opponents, load_config, save_resolved
 from strat.context_check import check_context, context_summary
 from strat.errors import ConfigError, RunAborted
-from strat.eval.exploitability import exploitable
+from strat.eval.exploitability import VALIDITY_FLOOR, ExploitabilityEstimate, exploitable
 from strat.eval.stats import mean_interval
 from strat.model import checkpoint
 from strat.model.warmstart import ensure_warm
@@ -63,6 +63,10 @@ run warns, once. In float32 the two agree to 1e-6..1e-3 (the tests' runs on CPU)
 its own logit scale, 3.6e-3 with 4x and 1.8e-2 with 16x sharper logits (on CPU); a trained model's peaked logits in
 bf16, with the engine's kernels against the learner's on a GPU, are expected above it (not measured here). Above it,
 about a percent of every token's importance weight is numerics rather than policy."""
+
+
+LISTED_STATES = 10
+"""Information states below the validity floor named in the evaluation's warning, lowest first."""
 
 
 def logprob_gap_warning(gap: float, step: int, staleness: int) -> str:
@@ -612,7 +616,21 @@ class Trainer:
                 config.eval.samples_per_infoset, seed, config.eval.bootstrap))
             out["eval/exploitability"] = estimate.value
             out["eval/exploitability_ci"] = [estimate.ci_low, estimate.ci_high]
+            out.update(self._infoset_validity(estimate))
         return out
+
+    def _infoset_validity(self, estimate: ExploitabilityEstimate) -> dict[str, float]:
+        """The lowest information state's share of responses with a legal action, and how many states fall below
+        `VALIDITY_FLOOR` (listed in the log), from the exploitability's samples."""
+        if not estimate.infoset_validity:
+            return {}
+        low = estimate.low_validity()
+        if low:
+            listed = ", ".join(f"{key!r} {share:.0%}" for key, share in low[:LISTED_STATES])
+            listed += f" and {len(low) - LISTED_STATES} more" if len(low) > LISTED_STATES else ""
+            log.warning("step %d: %d of %d information states below %.0f%% valid responses (a legal action named):"
+                        " %s", self.step, len(low), len(estimate.infoset_validity), VALIDITY_FLOOR * 100, listed)
+        return {"eval/min_infoset_validity": estimate.min_validity, "eval/low_validity_infosets": float(len(low))}
 
     # --- outputs ---------------------------------------------------------------------------
 
