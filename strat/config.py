@@ -339,10 +339,14 @@ class AlgorithmConfig(_Section):
     """Upper clip of the ratio current/proximal: 1 + clip_eps_high (asymmetric clipping)."""
     loss_agg: Literal["token_mean", "seq_mean"] = "token_mean"
     """`token_mean`: the loss averages over every response token of the batch; `seq_mean`: over each response, then over responses."""
-    kl_type: Literal["none", "k1", "k3"] = "none"
-    """Reverse-KL penalty to the frozen initial policy: `k1` or `k3` estimator, or `none`."""
+    kl_type: Literal["none", "forward", "reverse"] = "none"
+    """A KL penalty to the reference (`kl_reference`), named by the divergence its gradient follows on the policy's
+    own samples: `forward`, KL(ref || pi), mass-covering (the k3 estimator ref/pi - 1 - log(ref/pi)); `reverse`,
+    KL(pi || ref), mode-seeking (k2, (log pi/ref)^2 / 2); or `none`. `loss/kl` logs the estimate of KL(pi || ref)
+    either way. (`k3`, the earlier spelling, still means `forward`; `k1` is refused: as a loss its gradient is zero
+    in expectation.)"""
     kl_coef: float = Field(0.0, ge=0.0)
-    """Weight of the KL penalty (needs kl_type k1 or k3)."""
+    """Weight of the KL penalty (needs kl_type forward or reverse)."""
     kl_reference: Literal["initial", "snapshot"] = "initial"
     """What the KL penalty pulls toward: `initial`, the frozen starting policy; or `snapshot`, the snapshot opponent's
     weights, refreshed every `schedule.snapshot_every` steps: a moving anchor that damps the circling of
@@ -373,7 +377,8 @@ class AlgorithmConfig(_Section):
     fiberpo_eps: float = Field(0.2, gt=0.0)
     """FiberPO's token-level budget."""
     is_cap: float = Field(2.0, ge=1.0)
-    """Truncation of the proximal/behaviour importance weight for stale samples."""
+    """Truncation of the proximal/behaviour importance weight on every token: an older policy's samples under
+    staleness, and at `max_staleness: 0` the engine's numerics against the learner's."""
     lr: float = Field(1e-4, gt=0.0)
     """AdamW learning rate of the policy update (its peak, under a decaying `lr_schedule`)."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
@@ -450,12 +455,25 @@ class AlgorithmConfig(_Section):
             data["policy_loss"] = "fiberpo"
         return data
 
+    @field_validator("kl_type", mode="before")
+    @classmethod
+    def _kl_estimator_names(cls, value: Any) -> Any:
+        """The earlier spellings (in configs and in runs' saved `config.yaml`): `k3` as `forward`, the divergence
+        its gradient follows; `k1` refused in one line, its gradient being zero in expectation."""
+        if value == "k3":
+            return "forward"
+        if value == "k1":
+            raise ValueError("kl_type k1 is no longer offered: as a loss its gradient is zero in expectation; set"
+                             " kl_type: reverse (k2, follows KL(pi || ref)) or forward (the earlier k3, follows"
+                             " KL(ref || pi))")
+        return value
+
     @model_validator(mode="after")
     def _kl_coef_needs_type(self) -> AlgorithmConfig:
         if self.kl_type == "none" and self.kl_coef > 0:
-            raise ValueError("kl_coef > 0 needs kl_type k1 or k3")
+            raise ValueError("kl_coef > 0 needs kl_type forward or reverse")
         if self.kl_type == "none" and self.kl_reference != "initial":
-            raise ValueError(f"kl_reference={self.kl_reference!r} needs kl_type k1 or k3")
+            raise ValueError(f"kl_reference={self.kl_reference!r} needs kl_type forward or reverse")
         return self
 
 

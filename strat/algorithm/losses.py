@@ -1,6 +1,7 @@
 """Policy losses over response tokens: surrogates registered by name (`clipped`, `fiberpo`, or one added with
 `register_policy_loss`, chosen by `algorithm.policy_loss`), and the terms every surrogate gets on top of it in
-`policy_loss`: the reverse KL to a reference, the entropy bonuses; and DPH-RL's rehearsal term.
+`policy_loss`: a KL penalty to a reference (`kl_penalty`, named by the divergence its gradient follows), the entropy
+bonuses; and DPH-RL's rehearsal term.
 
 All per-token tensors are [B, T] over response tokens, aligned with a bool `mask` that is True on real
 tokens; log-probs are those of the temperature-scaled policy. Masked positions may hold any value, even
@@ -19,7 +20,9 @@ import torch
 from strat.algorithm.registry import Registry
 
 LossAgg = Literal["token_mean", "seq_mean"]
-KLType = Literal["none", "k1", "k3"]
+KLType = Literal["none", "forward", "reverse"]
+"""The KL penalty, by the divergence whose gradient it follows (`kl_penalty`): `forward` KL(ref || pi) (the k3
+estimator), `reverse` KL(pi || ref) (k2), or `none`."""
 Divergence = Literal["none", "forward_kl", "js"]
 
 LOG_RATIO_CLAMP = 20.0
@@ -55,6 +58,7 @@ class LossConfig:
     clip_eps_high: float = 0.28
     loss_agg: LossAgg = "token_mean"
     kl_type: KLType = "none"
+    """The KL penalty (`kl_penalty`): `forward`, `reverse` or `none`."""
     kl_coef: float = 0.0
     dph_divergence: Divergence = "none"
     dph_eta: float = 0.02
@@ -117,7 +121,8 @@ def masked_log_ratio(logprobs: torch.Tensor, other_logprobs: torch.Tensor, mask:
 def truncated_is_weight(
     proximal_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor, cap: float
 ) -> torch.Tensor:
-    """Detached proximal/behaviour weight per token, truncated at `cap`, to correct stale samples."""
+    """Detached proximal/behaviour weight per token, truncated at `cap`: corrects an older policy's samples, and at
+    staleness 0 the engine's numerics against the learner's."""
     log_weight = masked_log_ratio(proximal_logprobs, behaviour_logprobs, mask).detach()
     return torch.exp(log_weight.clamp(max=math.log(cap)))
 
@@ -159,7 +164,7 @@ def clipped_surrogate(
 ) -> LossOutput:
     """PPO-style clipped surrogate on current/proximal with asymmetric clip [1 - eps_low, 1 + eps_high].
 
-    `advantages` is [B] (one per turn) or [B, T]; `is_weight` [B, T] multiplies each token (stale samples).
+    `advantages` is [B] (one per turn) or [B, T]; `is_weight` [B, T] multiplies each token (the truncated proximal/behaviour weight).
     """
     advantages = _per_token(advantages, logprobs)
     log_ratio = masked_log_ratio(logprobs, proximal_logprobs, mask)
@@ -207,13 +212,35 @@ def fiberpo_surrogate(
 
 
 def kl_penalty(
-    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, estimator: Literal["k1", "k3"], agg: LossAgg
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    direction: Literal["forward", "reverse"],
+    agg: LossAgg,
 ) -> LossOutput:
-    """Reverse KL(pi || ref) on pi's samples: k1 = log(pi/ref), k3 = ref/pi - 1 - log(ref/pi)."""
+    """A KL penalty to `ref` on pi's own samples, named by the divergence whose gradient it follows in expectation
+    over those samples. With l = log(pi / ref) per token:
+
+    - `reverse`, k2 = l^2 / 2: grad k2 = l grad log pi, and E_pi[l grad log pi] = grad KL(pi || ref);
+    - `forward`, k3 = ref/pi - 1 - log(ref/pi) = exp(-l) - 1 + l: grad k3 = (1 - ref/pi) grad log pi, and
+      E_pi[(1 - ref/pi) grad log pi] = -sum_y ref(y) grad log pi(y) = grad KL(ref || pi), the mass-covering one
+      (k3's *value* estimates KL(pi || ref), its gradient does not follow it).
+
+    k1 = l, whose value is the unbiased estimate of KL(pi || ref), is not offered: as a loss its gradient is
+    grad log pi, zero in expectation (`tests/algorithm/test_kl_estimators.py` checks all three on an exact
+    categorical distribution). `divergence` is k3's value whichever the direction: the estimate of KL(pi || ref)
+    logged as `loss/kl`, comparable between runs of either penalty."""
     log_ratio = masked_log_ratio(logprobs, ref_logprobs, mask)
-    per_token = log_ratio if estimator == "k1" else torch.exp(-log_ratio) - 1 + log_ratio
+    k3 = torch.exp(-log_ratio) - 1 + log_ratio
+    if direction == "forward":
+        per_token = k3
+    elif direction == "reverse":
+        per_token = 0.5 * log_ratio.square()
+    else:
+        raise ValueError(f"unknown KL penalty {direction!r} (forward or reverse)")
     value = aggregate(per_token, mask, agg)
-    return _output(value, torch.zeros_like(value.detach()), log_ratio, mask, divergence=value.detach())
+    divergence = aggregate(k3, mask, agg).detach()
+    return _output(value, torch.zeros_like(value.detach()), log_ratio, mask, divergence=divergence)
 
 
 def dph_generator(log_u: torch.Tensor, divergence: Literal["forward_kl", "js"]) -> torch.Tensor:
@@ -259,7 +286,7 @@ class SurrogateInputs:
     """[B] (one per response) or [B, T] (one per token)."""
     mask: torch.Tensor
     is_weight: torch.Tensor | None = None
-    """Detached proximal/behaviour weight per token for stale samples (`truncated_is_weight`), or None."""
+    """Detached proximal/behaviour weight per token (`truncated_is_weight`), or None."""
 
 
 PolicySurrogate = Callable[[LossConfig, SurrogateInputs], LossOutput]
@@ -316,7 +343,9 @@ def policy_loss(
     `choice_entropy`) on the tokens where a move is named (`move_mask` [B, T] bool), aggregated like the
     surrogate (0 on every other token); diagnostics are the surrogate's.
 
-    With `behaviour_logprobs` (stale samples) each token is weighted by proximal/behaviour truncated at `is_cap`.
+    With `behaviour_logprobs` (the engine's, which the learner always passes: an older policy's under staleness,
+    the same weights in other numerics at staleness 0) each token is weighted by proximal/behaviour truncated at
+    `is_cap`.
     `entropy` [B, T] (see `token_entropy`) is needed when `entropy_coef` > 0, `move_entropy` and `move_mask` when
     `move_entropy_coef` > 0. (DPH-RL's rehearsal term is on another batch: `rehearsal_loss`.)
     """

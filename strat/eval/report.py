@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from strat.algorithm.records import ScoredEpisode
-from strat.eval.exploitability import ExploitabilityEstimate
+from strat.eval.exploitability import VALIDITY_FLOOR, ExploitabilityEstimate
 from strat.eval.policies import PolicyInfo
 from strat.eval.stats import CotResult, Estimate, HeadToHead, MatchResult
 from strat.eval.viewer import write_html
@@ -180,6 +180,7 @@ def render_markdown(report: EvalReport, files: Sequence[str] = ()) -> str:
             ["exploitability", "95% interval", "method"],
             [[_number(e.value, digits=4), f"[{_number(e.ci_low, digits=4)}, {_number(e.ci_high, digits=4)}]", method]],
         )
+        lines += _infoset_validity_markdown(e)
     if report.validity is not None:
         lines += ["## Format validity", ""]
         lines += _table(
@@ -203,6 +204,27 @@ def render_markdown(report: EvalReport, files: Sequence[str] = ()) -> str:
     if report.notes:
         lines += ["## Notes", "", *(f"- {note}" for note in report.notes), ""]
     return "\n".join(lines)
+
+
+LISTED_STATES = 20
+"""Information states below the validity floor listed in eval.md, lowest first."""
+
+
+def _infoset_validity_markdown(e: ExploitabilityEstimate) -> list[str]:
+    """Each information state's share of sampled responses with a legal action: the lowest, and those below the
+    floor listed."""
+    if not e.infoset_validity:
+        return []
+    low = e.low_validity()
+    lines = ["## Validity per information state", "",
+             (f"Lowest share of responses naming a legal action: {_number(e.min_validity)} over"
+              f" {len(e.infoset_validity)} information states; {len(low)} below {VALIDITY_FLOOR:g}."), ""]
+    if low:
+        lines += _table(["information state", "valid responses"],
+                        [[f"`{key}`", _number(share)] for key, share in low[:LISTED_STATES]])
+    if len(low) > LISTED_STATES:
+        lines += [f"and {len(low) - LISTED_STATES} more (every state's share is in eval.json).", ""]
+    return lines
 
 
 def _head_to_head_markdown(result: HeadToHead) -> list[str]:

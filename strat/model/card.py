@@ -172,7 +172,7 @@ def _method_rows(config: ExperimentConfig) -> list[tuple[str, str]]:
     else:
         loss = f"policy loss {algo.policy_loss!r}, {algo.loss_agg}"
     if algo.kl_type != "none":
-        loss += f", {algo.kl_type} KL to the initial policy x {algo.kl_coef:g}"
+        loss += f", {_kl_penalty(config)}"
     if algo.entropy_coef:
         loss += f", entropy bonus x {algo.entropy_coef:g}"
     if algo.move_entropy_coef:
@@ -194,6 +194,22 @@ def _method_rows(config: ExperimentConfig) -> list[tuple[str, str]]:
                                  f" at most {reasoning.max_new_tokens} new tokens")),
         ("seed", str(config.run.seed)),
     ]
+
+
+_KL_PENALTIES = {
+    "forward": "forward KL(anchor || policy) penalty (k3 estimator)",
+    "reverse": "reverse KL(policy || anchor) penalty (k2 estimator)",
+}
+
+
+def _kl_penalty(config: ExperimentConfig) -> str:
+    """The KL penalty: which divergence its gradient follows, its weight, and what it is anchored to."""
+    algo = config.algorithm
+    if algo.kl_reference == "snapshot":
+        anchor = (f"the snapshot opponent's weights, moved every {config.schedule.snapshot_every} steps")
+    else:
+        anchor = "the initial policy (the weights RL started from)"
+    return f"{_KL_PENALTIES[algo.kl_type]} x {algo.kl_coef:g}, anchored to {anchor}"
 
 
 def _opponents(config: ExperimentConfig) -> str:

@@ -185,7 +185,7 @@ class PolicyLearner:
         if self.settings.kl_reference != "snapshot":
             return
         if self.reference is None:
-            raise ValueError("kl_reference=snapshot needs a reference model (kl_type k1 or k3)")
+            raise ValueError("kl_reference=snapshot needs a reference model (kl_type forward or reverse)")
         result = self.reference.load_state_dict(state, strict=False)
         missing = [name for name in result.missing_keys if not name.endswith("lm_head.weight")]
         if result.unexpected_keys or missing:
@@ -231,10 +231,11 @@ class PolicyLearner:
 
         Under FSDP2 every rank is given the same whole batch and trains on its own part of each minibatch
         (`split_for_ranks`); the steps and the diagnostics are those of the whole batch on one process.
-        A non-finite loss or gradient skips that step and is reported as `learn/skipped`."""
+        A non-finite loss or gradient skips that step alone (`learn/skipped_minibatches`); the loss figures are means
+        over the steps that were taken."""
         samples = [s for s in samples if s.response_token_ids]
         if not samples:
-            return {"loss/policy": 0.0, "learn/samples": 0.0, "learn/skipped": 0.0}
+            return {"loss/policy": 0.0, "learn/samples": 0.0, "learn/skipped_minibatches": 0.0}
         if self.settings.loss.dph_divergence != "none" and not self.rehearsal:
             raise ValueError(f"dph_divergence={self.settings.loss.dph_divergence!r} needs rehearsal samples"
                              " (set_rehearsal)")
@@ -243,11 +244,9 @@ class PolicyLearner:
         lr = self._set_lr()
         tally = UpdateTally()
         for step in plan.steps:
-            outcome = self._optimizer_step(step, len(plan.steps), proximal, tally)
-            if outcome.stepped:
-                tally.grad_norm = outcome.grad_norm
-            else:
-                tally.skipped += 1
+            figures: dict[str, float] = {}
+            outcome = self._optimizer_step(step, proximal, tally, figures)
+            tally.close_step(figures, outcome.stepped, outcome.grad_norm)
         self.updates += 1
         return self._metrics(plan, tally, lr)
 
@@ -303,33 +302,34 @@ class PolicyLearner:
             group["lr"] = lr
         return lr
 
-    def _optimizer_step(self, step: OptimizerStep, steps: int, proximal: ProximalLogprobs, tally: UpdateTally
-                        ) -> StepOutcome:
+    def _optimizer_step(self, step: OptimizerStep, proximal: ProximalLogprobs, tally: UpdateTally,
+                        figures: dict[str, float]) -> StepOutcome:
         """Stage 3, once per minibatch and epoch: forward and backward over the step's micro-batches (and DPH-RL's
-        rehearsal batch), then the clipped optimizer step, unless the loss or the gradient is not finite. Each
-        figure goes into `tally` as its share of the update's mean over `steps` steps."""
+        rehearsal batch), then the clipped optimizer step, unless this step's loss or its gradient is not finite.
+        Each figure goes into `figures` as its share of the step's mean (this rank's part under FSDP2)."""
         self.optimizer.zero_grad(set_to_none=True)
         for micro in step.micro_batches:
-            self._micro_step(step, micro, steps, proximal, tally)
+            self._micro_step(step, micro, proximal, tally, figures)
         if self.settings.loss.dph_divergence != "none":
             started = time.perf_counter()
-            tally.add("loss/dph", self._rehearse(step.number) / steps)
+            figures["loss/dph"] = self._rehearse(step.number)
             tally.dph_seconds += time.perf_counter() - started
         norm = torch.nn.utils.clip_grad_norm_(self._trainable(), self.settings.grad_clip)
         if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
             norm = norm.full_tensor()
-        # The ranks decide together: a rank that stepped alone would leave its shards out of step. The policy loss
-        # summed so far: a non-finite step leaves every later step of the update skipped too.
-        [loss_sum] = self._sum_over_ranks([tally.sums.get("loss/policy", 0.0)])
-        if not math.isfinite(float(norm)) or not math.isfinite(loss_sum):
+        # The ranks decide together: a rank that stepped alone would leave its shards out of step. This step's own
+        # policy loss, so that a non-finite minibatch skips itself and no other.
+        [step_loss] = self._sum_over_ranks([figures.get("loss/policy", 0.0)])
+        if not math.isfinite(float(norm)) or not math.isfinite(step_loss):
             self.optimizer.zero_grad(set_to_none=True)
             return StepOutcome(False, float(norm))
         self.optimizer.step()
         return StepOutcome(True, float(norm))
 
-    def _micro_step(self, step: OptimizerStep, micro: MicroBatch, steps: int, proximal: ProximalLogprobs,
-                    tally: UpdateTally) -> None:
-        """One micro-batch's forward, loss and backward, its loss weighted by its share of the minibatch."""
+    def _micro_step(self, step: OptimizerStep, micro: MicroBatch, proximal: ProximalLogprobs, tally: UpdateTally,
+                    figures: dict[str, float]) -> None:
+        """One micro-batch's forward, loss and backward, its loss weighted by its share of the minibatch; its
+        figures, so weighted, are added to the step's `figures`."""
         settings = self.settings
         batch = micro.batch
         with self._autocast():
@@ -346,9 +346,11 @@ class PolicyLearner:
             mask = batch.response_mask
             tally.gap_sum += float((old - batch.behaviour_logprobs)[mask].abs().sum())
             tally.gap_tokens += int(mask.sum())
+        # The truncated proximal/behaviour weight applies at every staleness: at 0 it corrects the engine's numerics
+        # against the learner's (proximal = the learner's recomputation, behaviour = the engine's log-probs).
         out = policy_loss(
             settings.loss, logprobs, old, batch.advantages, batch.response_mask,
-            behaviour_logprobs=batch.behaviour_logprobs if settings.stale else None,
+            behaviour_logprobs=batch.behaviour_logprobs,
             ref_logprobs=self._reference_logprobs(batch), entropy=entropy, move_entropy=move_entropy,
             move_mask=micro.moves.mask if micro.moves is not None else None,
         )
@@ -362,7 +364,7 @@ class PolicyLearner:
         share *= float(micro.counted)
         (out.loss * (share * self.world_size)).backward()
         for name, value in _loss_figures(out):
-            tally.add(name, float(value.detach()) * share / steps)
+            figures[name] = figures.get(name, 0.0) + float(value.detach()) * share
 
     def _rehearse(self, number: int) -> float:
         """Optimizer step `number`'s DPH-RL term (`losses.rehearsal_loss`) on a batch drawn from the rehearsal set,
@@ -387,16 +389,18 @@ class PolicyLearner:
         return value
 
     def _metrics(self, plan: UpdatePlan, tally: UpdateTally, lr: float) -> dict[str, float]:
-        """Stage 4: the update's diagnostics, summed over the FSDP2 ranks."""
+        """Stage 4: the update's diagnostics, summed over the FSDP2 ranks; the loss figures are means over the
+        optimizer steps that were taken (NaN when every one was skipped)."""
         names = sorted(tally.sums)
         *values, gap_sum, gap_tokens = self._sum_over_ranks(
             [*(tally.sums[n] for n in names), tally.gap_sum, float(tally.gap_tokens)])
-        metrics = dict(zip(names, values, strict=True))
+        stepped = tally.stepped
+        metrics = {name: value / stepped if stepped else math.nan for name, value in zip(names, values, strict=True)}
         if tally.grad_norm is not None:
             metrics["learn/grad_norm"] = tally.grad_norm
         metrics["learn/samples"] = float(len(plan.samples))
         metrics["learn/tokens"] = float(plan.tokens)
-        metrics["learn/skipped"] = float(tally.skipped)
+        metrics["learn/skipped_minibatches"] = float(tally.skipped)
         metrics["logprob/engine_learner_gap"] = gap_sum / max(gap_tokens, 1)
         if self.settings.loss.dph_divergence != "none":
             metrics["time/dph_s"] = tally.dph_seconds

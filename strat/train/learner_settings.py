@@ -31,8 +31,6 @@ class LearnerSettings:
     top_p: float = 1.0
     """Nucleus mass the engines sample with: log-probs are the truncated distribution's for top_p < 1."""
     loss: LossConfig = LossConfig()
-    stale: bool = False
-    """Weight tokens by proximal/behaviour (samples from an older policy, max_staleness > 0)."""
     seed: int = 0
     device: str = "cpu"
     """`auto`, `cpu` or `cuda`."""

@@ -10,8 +10,9 @@ paper's mass-covering f-divergences written on samples y ~ pi_0 (per token, u = 
 - Jensen-Shannon, JS(pi_theta, pi_0) = 1/2 E_{pi_0}[f(u)] with f(u) = u log u - (u + 1) log((u + 1) / 2).
 
 Both vanish at u = 1 and grow as the policy drops mass from what the initial policy generated: the term pulls
-those samples' log-probs back up (mass covering) and leaves mass the policy adds elsewhere alone, unlike the
-reverse-KL penalty (`kl_type`), which is evaluated on the current policy's samples and is mode seeking.
+those samples' log-probs back up (mass covering) and leaves mass the policy adds elsewhere alone, unlike the KL
+penalty (`kl_type`), which is evaluated on the current policy's samples only: `reverse` is mode seeking, and
+`forward` follows KL(ref || pi)'s gradient only where the policy still samples.
 
 Files: `<run_dir>/rehearsal.safetensors` holds the token ids and log-probs; `<run_dir>/rehearsal.json` its
 sample count and SHA-256, checked when a resumed run loads it.

@@ -18,6 +18,7 @@ from strat.algorithm.reasoning import build_messages, decide, misstates_private_
 from strat.algorithm.records import Episode, Turn
 from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
+from strat.eval.exploitability import SampledMoves
 
 Generate = Callable[[list[list[int]], SamplingParams], list[Generation]]
 """A policy: token-id prompts and sampling params in, one generation per prompt out."""
@@ -169,9 +170,9 @@ class RolloutRunner:
             players["snapshot"] = LLMPlayer(self.settings, self.encode, self.snapshot)
         return play_games([game for plan in plans for game in self._start_group(plan)], players, sampling_seed)
 
-    def sample_actions(self, located: Sequence[tuple[TextGameEnv, str]], n: int, seed: int) -> list[list[int]]:
+    def sample_actions(self, located: Sequence[tuple[TextGameEnv, str]], n: int, seed: int) -> SampledMoves:
         """`n` moves of the policy at each (env, agent) in its reasoning format; invalid output
-        counts as the fallback it triggers. One batched generation for all of them."""
+        counts as the fallback it triggers, and is marked invalid. One batched generation for all of them."""
         settings = self.settings
         prompts = [self.encode(build_messages(env, agent, settings.depth)) for env, agent in located]
         params = SamplingParams(
@@ -180,13 +181,13 @@ class RolloutRunner:
         generations = self.policy([prompt for prompt in prompts for _ in range(n)], params)
         rng = random.Random(derive_seed(seed, "fallback"))
         actions: list[list[int]] = []
+        valid: list[list[bool]] = []
         for index, (env, agent) in enumerate(located):
-            drawn = []
-            for generation in generations[index * n : (index + 1) * n]:
-                parsed = parse_response(generation.text, settings.depth)
-                drawn.append(decide(parsed, env, agent, rng, settings.format_penalty).action)
-            actions.append(drawn)
-        return actions
+            decisions = [decide(parse_response(generation.text, settings.depth), env, agent, rng, settings.format_penalty)
+                         for generation in generations[index * n : (index + 1) * n]]
+            actions.append([decision.action for decision in decisions])
+            valid.append([decision.valid for decision in decisions])
+        return SampledMoves(actions, valid)
 
     def _start_group(self, plan: GroupPlan) -> list[LiveGame]:
         settings = self.settings

@@ -77,7 +77,6 @@ def learner_settings(config: ExperimentConfig) -> LearnerSettings:
             fiberpo_eps=algo.fiberpo_eps,
             is_cap=algo.is_cap,
         ),
-        stale=config.schedule.max_staleness > 0,
         seed=config.run.seed,
         device=config.learner.device,
         dtype=config.learner.dtype,

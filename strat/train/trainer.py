@@ -28,7 +28,7 @@ from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
 from strat.config import ExperimentConfig, OpponentConfig, held_out_opponents, load_config, save_resolved
 from strat.context_check import check_context, context_summary
 from strat.errors import ConfigError, RunAborted
-from strat.eval.exploitability import exploitable
+from strat.eval.exploitability import VALIDITY_FLOOR, ExploitabilityEstimate, exploitable
 from strat.eval.stats import mean_interval
 from strat.model import checkpoint
 from strat.model.warmstart import ensure_warm
@@ -54,6 +54,30 @@ log = logging.getLogger("strat.train")
 
 STEP_PHASES = ("rollout", "compare", "advantage", "learn", "sync", "snapshot", "eval", "checkpoint")
 """The phases of a training step, in order; each is timed as `time/<phase>_s`."""
+
+
+LOGPROB_GAP_WARNING = 0.01
+"""The `logprob/engine_learner_gap` (mean |learner - engine| log-prob per response token, first epoch) above which the
+run warns, once. In float32 the two agree to 1e-6..1e-3 (the tests' runs on CPU); one update's drift under
+`max_staleness: 1` adds ~4e-3 in the tests' runs; bf16 autocast against float32 on the tiny model measures 9e-4 at
+its own logit scale, 3.6e-3 with 4x and 1.8e-2 with 16x sharper logits (on CPU); a trained model's peaked logits in
+bf16, with the engine's kernels against the learner's on a GPU, are expected above it (not measured here). Above it,
+about a percent of every token's importance weight is numerics rather than policy."""
+
+
+LISTED_STATES = 10
+"""Information states below the validity floor named in the evaluation's warning, lowest first."""
+
+
+def logprob_gap_warning(gap: float, step: int, staleness: int) -> str:
+    """The one line the run logs when the engine-learner gap first exceeds `LOGPROB_GAP_WARNING`."""
+    drift = (f"; with max_staleness {staleness} it also holds the policy's drift over {staleness} update(s)"
+             if staleness else "")
+    return (f"step {step}: logprob/engine_learner_gap {gap:.3g} > {LOGPROB_GAP_WARNING:g}: the engine's log-probs of"
+            f" the sampled tokens differ from the learner's by {gap:.3g} nats per token on average{drift}. Expected in"
+            " bf16 (other kernels, other rounding); the truncated weight proximal/behaviour (algorithm.is_cap) corrects"
+            " each token for it. In float32 it points at a mismatch (temperature, top_p, weights not synced). Logged"
+            " once per run")
 
 
 def _due(step: int, every: int) -> bool:
@@ -140,6 +164,8 @@ class Trainer:
         self._unsynced: int | None = None
         """With overlap, the step whose update has not reached the agents yet."""
         self._nonfinite_in_row = 0
+        self._gap_warned = False
+        """Whether the engine-learner gap's warning was logged (once per run)."""
         self._checkpointed_step: int | None = None
         self.stop_signal: str | None = None
         """The signal that asked the run to stop early (SIGTERM), if any."""
@@ -176,6 +202,7 @@ class Trainer:
                 records.append(self._log(record, on_step))
                 self._in_progress = None
                 self._check_nonfinite(record)
+                self._check_logprob_gap(record)
             if self.stop_signal is not None:
                 self._stop_early()
             self.metrics.close()
@@ -336,14 +363,23 @@ class Trainer:
             self._checkpoint(self.step)
         raise RunAborted(f"the comparator actor died at step {self.step + 1}; {self.fleet.resume_hint()}")
 
+    def _check_logprob_gap(self, record: dict[str, Any]) -> None:
+        """One warning per run when the engine's and the learner's log-probs differ by more than numerics."""
+        gap = record.get("logprob/engine_learner_gap")
+        if self._gap_warned or gap is None or not gap > LOGPROB_GAP_WARNING:
+            return
+        self._gap_warned = True
+        log.warning(logprob_gap_warning(gap, record["step"], self.config.schedule.max_staleness))
+
     def _check_nonfinite(self, record: dict[str, Any]) -> None:
-        if not record.get("learn/skipped"):
+        skipped = record.get("learn/skipped_minibatches")
+        if not skipped:
             self._nonfinite_in_row = 0
             return
         self._nonfinite_in_row += 1
         limit = self.config.schedule.max_nonfinite_updates
-        log.warning("step %d: non-finite loss or gradient, update skipped (%d in a row, the run stops at %d)",
-                    record["step"], self._nonfinite_in_row, limit)
+        log.warning("step %d: non-finite loss or gradient, %d optimizer step(s) of the update skipped (%d update(s) in"
+                    " a row, the run stops at %d)", record["step"], int(skipped), self._nonfinite_in_row, limit)
         if self._nonfinite_in_row >= limit:
             raise RunAborted(
                 f"{self._nonfinite_in_row} updates in a row had a non-finite loss or gradient (up to step "
@@ -580,7 +616,21 @@ class Trainer:
                 config.eval.samples_per_infoset, seed, config.eval.bootstrap))
             out["eval/exploitability"] = estimate.value
             out["eval/exploitability_ci"] = [estimate.ci_low, estimate.ci_high]
+            out.update(self._infoset_validity(estimate))
         return out
+
+    def _infoset_validity(self, estimate: ExploitabilityEstimate) -> dict[str, float]:
+        """The lowest information state's share of responses with a legal action, and how many states fall below
+        `VALIDITY_FLOOR` (listed in the log), from the exploitability's samples."""
+        if not estimate.infoset_validity:
+            return {}
+        low = estimate.low_validity()
+        if low:
+            listed = ", ".join(f"{key!r} {share:.0%}" for key, share in low[:LISTED_STATES])
+            listed += f" and {len(low) - LISTED_STATES} more" if len(low) > LISTED_STATES else ""
+            log.warning("step %d: %d of %d information states below %.0f%% valid responses (a legal action named):"
+                        " %s", self.step, len(low), len(estimate.infoset_validity), VALIDITY_FLOOR * 100, listed)
+        return {"eval/min_infoset_validity": estimate.min_validity, "eval/low_validity_infosets": float(len(low))}
 
     # --- outputs ---------------------------------------------------------------------------
 

@@ -79,18 +79,28 @@ class UpdateTally:
     one whatever the grouping of the code)."""
 
     sums: dict[str, float] = field(default_factory=dict)
-    """Each loss figure's share-weighted mean over the update's steps (`loss/policy`, `loss/kl`, ...)."""
+    """Each loss figure (`loss/policy`, `loss/kl`, ...) summed over the steps that were taken, each step's value
+    being its share-weighted mean over its minibatch (this rank's part of it under FSDP2)."""
     gap_sum: float = 0.0
     """|proximal - behaviour| log-prob summed over the first epoch's counted tokens."""
     gap_tokens: int = 0
+    stepped: int = 0
+    """Optimizer steps taken."""
     skipped: int = 0
-    """Optimizer steps skipped for a non-finite loss or gradient."""
+    """Optimizer steps skipped for a non-finite loss or gradient: their figures are left out of `sums`."""
     grad_norm: float | None = None
-    """The last step's gradient norm (before clipping)."""
+    """The last step's gradient norm (before clipping), of the steps taken."""
     dph_seconds: float = 0.0
 
-    def add(self, name: str, value: float) -> None:
-        self.sums[name] = self.sums.get(name, 0.0) + value
+    def close_step(self, figures: dict[str, float], stepped: bool, grad_norm: float) -> None:
+        """Count one optimizer step; a step that was taken adds its `figures` and its gradient norm, a skipped one
+        only its figures' names (so that an update whose every step was skipped still names them)."""
+        self.stepped += stepped
+        self.skipped += not stepped
+        if stepped:
+            self.grad_norm = grad_norm
+        for name, value in figures.items():
+            self.sums[name] = self.sums.get(name, 0.0) + (value if stepped else 0.0)
 
 
 class ProximalLogprobs:

@@ -124,21 +124,25 @@ def test_fiberpo_inside_the_budget_is_the_plain_ratio() -> None:
     assert out.clip_fraction.item() == 0.0
 
 
-def test_kl_estimators_by_hand() -> None:
-    # pi = 0.5 and ref = 0.25 on every token: log(pi / ref) = log 2.
+def test_kl_penalties_by_hand() -> None:
+    # pi = 0.5 and ref = 0.25 on every token: l = log(pi / ref) = log 2.
     ref = torch.full((1, 3), math.log(0.25), dtype=torch.float64)
     logprobs = _leaf([math.log(0.5)] * 3)
-    k1 = kl_penalty(logprobs, ref, FULL, "k1", "token_mean")
-    assert k1.loss.item() == pytest.approx(math.log(2))
-    assert _grad(k1.loss, logprobs) == pytest.approx([1 / 3] * 3)
+    reverse = kl_penalty(logprobs, ref, FULL, "reverse", "token_mean")
+    assert reverse.loss.item() == pytest.approx(math.log(2) ** 2 / 2)
+    # d/dl (l^2 / 2) = l; the logged divergence is k3's value, the estimate of KL(pi || ref), either way.
+    assert _grad(reverse.loss, logprobs) == pytest.approx([math.log(2) / 3] * 3)
+    assert reverse.divergence.item() == pytest.approx(0.5 - 1 + math.log(2))
     logprobs = _leaf([math.log(0.5)] * 3)
-    k3 = kl_penalty(logprobs, ref, FULL, "k3", "token_mean")
-    assert k3.loss.item() == pytest.approx(0.5 - 1 + math.log(2))
-    assert k3.divergence.item() == pytest.approx(k3.loss.item())
+    forward = kl_penalty(logprobs, ref, FULL, "forward", "token_mean")
+    assert forward.loss.item() == pytest.approx(0.5 - 1 + math.log(2))
+    assert forward.divergence.item() == pytest.approx(forward.loss.item())
     # d/dl (e^-l - 1 + l) = 1 - e^-l: positive when pi > ref, negative when pi < ref.
-    assert _grad(k3.loss, logprobs) == pytest.approx([0.5 / 3] * 3)
+    assert _grad(forward.loss, logprobs) == pytest.approx([0.5 / 3] * 3)
     logprobs = _leaf([math.log(0.125)] * 3)
-    assert all(g < 0 for g in _grad(kl_penalty(logprobs, ref, FULL, "k3", "token_mean").loss, logprobs))
+    assert all(g < 0 for g in _grad(kl_penalty(logprobs, ref, FULL, "forward", "token_mean").loss, logprobs))
+    with pytest.raises(ValueError, match="unknown KL penalty"):
+        kl_penalty(logprobs, ref, FULL, "k1", "token_mean")
 
 
 def test_dph_rehearsal_by_hand() -> None:
@@ -174,12 +178,12 @@ def _all_losses(logprobs, proximal, advantages, mask) -> dict[str, torch.Tensor]
         "clip_seq": clipped_surrogate(logprobs, proximal, advantages, mask, 0.2, 0.28, "seq_mean").loss,
         "fiberpo_token": fiberpo_surrogate(logprobs, proximal, advantages, mask, 0.2, 0.2, "token_mean").loss,
         "fiberpo_seq": fiberpo_surrogate(logprobs, proximal, advantages, mask, 0.2, 0.2, "seq_mean").loss,
-        "kl_k1": kl_penalty(logprobs, proximal, mask, "k1", "token_mean").loss,
-        "kl_k3": kl_penalty(logprobs, proximal, mask, "k3", "seq_mean").loss,
+        "kl_reverse": kl_penalty(logprobs, proximal, mask, "reverse", "token_mean").loss,
+        "kl_forward": kl_penalty(logprobs, proximal, mask, "forward", "seq_mean").loss,
         "dph_forward_kl": dph_rehearsal(logprobs, proximal, mask, "forward_kl", "token_mean").loss,
         "dph_js": dph_rehearsal(logprobs, proximal, mask, "js", "token_mean").loss,
         "policy_stale_kl": policy_loss(
-            LossConfig(kl_type="k3", kl_coef=0.1), logprobs, proximal, advantages, mask, behaviour, proximal - 0.1
+            LossConfig(kl_type="forward", kl_coef=0.1), logprobs, proximal, advantages, mask, behaviour, proximal - 0.1
         ).loss,
         "policy_fiberpo": policy_loss(LossConfig(policy_loss="fiberpo"), logprobs, proximal, advantages, mask, behaviour).loss,
     }
@@ -226,12 +230,14 @@ def test_policy_loss_adds_the_kl_term() -> None:
     logprobs = _leaf([-1.0, -1.0, -1.0])
     ref = torch.full((1, 3), -1.5, dtype=torch.float64)
     out = policy_loss(
-        LossConfig(kl_type="k1", kl_coef=0.5), logprobs, logprobs.detach(), torch.tensor([1.0]), FULL, ref_logprobs=ref
+        LossConfig(kl_type="reverse", kl_coef=0.5), logprobs, logprobs.detach(), torch.tensor([1.0]), FULL,
+        ref_logprobs=ref,
     )
-    assert out.loss.item() == pytest.approx(-1.0 + 0.5 * 0.5)
-    assert out.divergence.item() == pytest.approx(0.5)
+    # l = 0.5 on every token: k2 = 0.125, weighed 0.5; the divergence logged is k3's value e^-l - 1 + l.
+    assert out.loss.item() == pytest.approx(-1.0 + 0.5 * 0.125)
+    assert out.divergence.item() == pytest.approx(math.exp(-0.5) - 0.5)
     with pytest.raises(ValueError, match="reference"):
-        policy_loss(LossConfig(kl_type="k1"), logprobs, logprobs.detach(), torch.tensor([1.0]), FULL)
+        policy_loss(LossConfig(kl_type="reverse"), logprobs, logprobs.detach(), torch.tensor([1.0]), FULL)
 
 
 def test_token_logprobs_use_the_temperature() -> None:

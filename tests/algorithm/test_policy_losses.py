@@ -69,22 +69,23 @@ def test_the_built_in_losses_are_the_surrogates_by_name() -> None:
 
 
 def test_a_loss_registered_outside_strat_is_selected_from_the_config(registered: None) -> None:
-    config = load_config(KUHN, ["algorithm.policy_loss=test_unclipped", "algorithm.kl_type=k1", "algorithm.kl_coef=0.5",
+    config = load_config(KUHN, ["algorithm.policy_loss=test_unclipped", "algorithm.kl_type=reverse", "algorithm.kl_coef=0.5",
                                 "algorithm.kl_reference=initial"])
     loss_config = learner_settings(config).loss
     assert loss_config.policy_loss == "test_unclipped"
     # pi / pi_old = 0.5 / 0.25 = 2 on the first token, 1 on the second; A = 1: the surrogate is -(2 + 1) / 2 = -1.5.
     logprobs = torch.tensor([[math.log(0.5), math.log(0.25)]], requires_grad=True)
     proximal = torch.tensor([[math.log(0.25), math.log(0.25)]])
-    # k1 = log(pi / ref) = (log 2 + 0) / 2 = 0.34657..., weighed 0.5 on top of the registered surrogate.
+    # k2 = (log(pi / ref))^2 / 2 = ((log 2)^2 / 2 + 0) / 2, weighed 0.5 on top of the registered surrogate; the logged
+    # divergence is k3's value, ((1/2 - 1 + log 2) + 0) / 2.
     ref = torch.tensor([[math.log(0.25), math.log(0.25)]])
     out = policy_loss(loss_config, logprobs, proximal, torch.tensor([1.0]), torch.ones(1, 2, dtype=torch.bool),
                       ref_logprobs=ref)
-    assert float(out.loss.detach()) == pytest.approx(-1.5 + 0.5 * math.log(2) / 2)
-    assert float(out.divergence) == pytest.approx(math.log(2) / 2)
+    assert float(out.loss.detach()) == pytest.approx(-1.5 + 0.5 * math.log(2) ** 2 / 4)
+    assert float(out.divergence) == pytest.approx((0.5 - 1 + math.log(2)) / 2)
     out.loss.backward()
-    # d/dl_t of -(r_t) / 2 is -r_t / 2 (-1 and -0.5); the KL adds 0.5 x 1/2 to each token.
-    assert logprobs.grad[0].tolist() == pytest.approx([-1.0 + 0.25, -0.5 + 0.25])
+    # d/dl_t of -(r_t) / 2 is -r_t / 2 (-1 and -0.5); the KL adds 0.5 x l_t / 2 (log 2 / 4, then 0).
+    assert logprobs.grad[0].tolist() == pytest.approx([-1.0 + math.log(2) / 4, -0.5])
 
 
 def test_the_learner_update_runs_the_configured_loss(registered: None, tiny_model_dir: Path) -> None:

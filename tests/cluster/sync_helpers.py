@@ -37,7 +37,7 @@ def perturb(learner: PolicyLearner, steps: int = 2) -> list[dict[str, float]]:
     """A few real policy updates toward a fixed response, so that greedy output moves."""
     samples = perturbing_samples(learner.tokenizer)
     metrics = [learner.update(samples) for _ in range(steps)]
-    assert all(m["learn/skipped"] == 0 for m in metrics)
+    assert all(m["learn/skipped_minibatches"] == 0 for m in metrics)
     return metrics
 
 

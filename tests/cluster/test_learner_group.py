@@ -81,7 +81,7 @@ def test_two_ranks_step_export_and_checkpoint_as_one_learner(
         for batch in (samples, samples[:1]):
             ours = group.get(group.update(batch))
             theirs = reference.update(batch)
-            assert ours["learn/skipped"] == theirs["learn/skipped"] == 0
+            assert ours["learn/skipped_minibatches"] == theirs["learn/skipped_minibatches"] == 0
             for key in ("loss/policy", "learn/grad_norm", "loss/ratio_mean", "logprob/engine_learner_gap"):
                 assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), key
             assert ours["learn/tokens"] == theirs["learn/tokens"]
@@ -161,7 +161,7 @@ def test_driver_trains_checkpoints_and_resumes_with_two_learner_ranks(
 
     def on_step(record: dict) -> None:
         assert trainer.fleet.learner.ranks and len(trainer.fleet.learner.ranks) == 2
-        assert record["learn/skipped"] == 0 and record["learn/samples"] > 0
+        assert record["learn/skipped_minibatches"] == 0 and record["learn/samples"] > 0
         if record["step"] == 2:
             ray.kill(trainer.fleet.learner.ranks[1], no_restart=True)  # rank 0 is left waiting in a collective
 

@@ -129,7 +129,7 @@ def test_lora_checkpoint_resumes_exactly_and_reads_as_a_plain_model(tiny_model_d
 
 
 def test_lora_kl_reference_is_the_base_model(tiny_model_dir: Path) -> None:
-    loss = LossConfig(kl_type="k3", kl_coef=0.1)
+    loss = LossConfig(kl_type="forward", kl_coef=0.1)
     learner = PolicyLearner(tiny_model_dir, LearnerSettings(lr=2e-2, lora=LORA, loss=loss))
     assert learner.reference is None  # no second copy of the model
     first, second = perturb(learner)

@@ -149,6 +149,28 @@ def test_resolved_config_round_trips(tmp_path: Path) -> None:
     assert load_config(written) == config
 
 
+def test_earlier_kl_names_load_or_are_refused_in_one_line(tmp_path: Path) -> None:
+    # A run saved before the KL penalties were named by their divergence: `k3` still loads, as `forward`.
+    config = load_config(DEFAULT, ["algorithm.kl_type=reverse"])
+    tree = yaml.safe_load(save_resolved(config, tmp_path / "run").read_text())
+    assert tree["algorithm"]["kl_type"] == "reverse"
+    tree["algorithm"]["kl_type"] = "k3"
+    saved = tmp_path / "old" / "config.yaml"
+    saved.parent.mkdir()
+    saved.write_text(yaml.safe_dump(tree))
+    old = load_config(saved)
+    assert old.algorithm.kl_type == "forward"
+    assert old.algorithm.model_copy(update={"kl_type": "reverse"}) == config.algorithm
+    assert load_config(DEFAULT, ["algorithm.kl_type=k3"]).algorithm.kl_type == "forward"
+    # `k1`'s gradient is zero in expectation: refused, in one line naming what to set instead.
+    with pytest.raises(ConfigError) as refused:
+        load_config(DEFAULT, ["algorithm.kl_type=k1"])
+    message = str(refused.value)
+    assert "kl_type: reverse" in message and "forward (the earlier k3" in message
+    assert "gradient is zero in expectation" in message
+    assert "\n" not in message.strip()
+
+
 def _strat(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "strat.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120

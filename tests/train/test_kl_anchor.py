@@ -31,7 +31,7 @@ def _samples() -> list[TrainSample]:
 
 def _learner(model_dir: Path, reference: str, lora: LoraSettings | None = None) -> PolicyLearner:
     return PolicyLearner(model_dir, LearnerSettings(lr=5e-2, kl_reference=reference, lora=lora,
-                                                    loss=LossConfig(kl_type="k3", kl_coef=0.1)))
+                                                    loss=LossConfig(kl_type="forward", kl_coef=0.1)))
 
 
 def _logprobs(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
@@ -86,7 +86,7 @@ def test_a_resumed_learner_anchors_on_the_saved_snapshot(tiny_model_dir: Path, t
 
 
 def test_an_anchor_without_a_kl_penalty_is_refused() -> None:
-    with pytest.raises(ConfigError, match="kl_reference='snapshot' needs kl_type k1 or k3"):
+    with pytest.raises(ConfigError, match="kl_reference='snapshot' needs kl_type forward or reverse"):
         load_config(KUHN, ["algorithm.kl_type=none", "algorithm.kl_coef=0", "algorithm.kl_reference=snapshot"])
     # The default config's own anchor, and one on a mix with no snapshot opponent, load.
     assert load_config(KUHN).algorithm.kl_reference == "snapshot"
@@ -119,13 +119,13 @@ class _Fleet:
 
 @pytest.mark.parametrize(("overrides", "snapshot", "expected"), [
     # No snapshot opponent: the anchor alone moves, every snapshot_every steps.
-    (["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot"], False,
+    (["algorithm.kl_type=forward", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot"], False,
      ["anchor", "anchor"]),
     # With one, the snapshot refresh moves both (take_snapshot), and nothing else is called.
-    (["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot"], True,
+    (["algorithm.kl_type=forward", "algorithm.kl_coef=0.1", "algorithm.kl_reference=snapshot"], True,
      ["snapshot@5", "snapshot@10"]),
     # An anchor on the initial weights never moves.
-    (["algorithm.kl_type=k3", "algorithm.kl_coef=0.1", "algorithm.kl_reference=initial"], False, []),
+    (["algorithm.kl_type=reverse", "algorithm.kl_coef=0.1", "algorithm.kl_reference=initial"], False, []),
 ])
 def test_the_trainer_moves_the_anchor_every_snapshot_interval(overrides: list[str], snapshot: bool,
                                                              expected: list[str], tmp_path: Path) -> None:

@@ -52,7 +52,9 @@ def _reference_update(learner: PolicyLearner, samples: list[TrainSample]) -> tup
             old = torch.zeros_like(logprobs)
             for row, sample in enumerate(chunk):
                 old[row, : len(sample.response_token_ids)] = proximal[id(sample)]
-            out = policy_loss(settings.loss, logprobs, old, batch.advantages, batch.response_mask)
+            # The truncated proximal/behaviour weight applies at every staleness.
+            out = policy_loss(settings.loss, logprobs, old, batch.advantages, batch.response_mask,
+                              behaviour_logprobs=batch.behaviour_logprobs)
             share = int(batch.response_mask.sum()) / tokens
             (out.loss * share).backward()
             loss_sum += float(out.loss.detach()) * share / len(steps)

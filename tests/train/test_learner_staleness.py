@@ -1,7 +1,9 @@
-"""The staleness weight in the learner's update, end to end: with `stale` on (`schedule.max_staleness: 1`) and
-behaviour != proximal log-probs, every optimizer step's gradient is that of the surrogate with each token weighted
-by min(proximal / behaviour, is_cap), worked out by hand from the chosen weights and an independent forward pass.
-The check fails when the weight is dropped or when the learner does not hand it the behaviour log-probs."""
+"""The truncated importance weight in the learner's update, end to end: with behaviour != proximal log-probs (an
+older policy's samples under `schedule.max_staleness: 1`, or at staleness 0 the engine's numerics against the
+learner's), every optimizer step's gradient is that of the surrogate with each token weighted by
+min(proximal / behaviour, is_cap), worked out by hand from the chosen weights and an independent forward pass. The
+learner applies it at every staleness (it has no switch); the check fails when the weight is dropped or when the
+learner does not hand it the behaviour log-probs."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import torch
 from strat.algorithm import losses
 from strat.algorithm.losses import LossConfig
 from strat.algorithm.records import TrainSample
+from strat.train import learner as learner_module
 from strat.train.learner import LearnerSettings, PolicyLearner
 
 LOSS = LossConfig(clip_eps_low=0.2, clip_eps_high=0.28, is_cap=2.0)
@@ -93,11 +96,11 @@ def _step_gradients(learner: PolicyLearner, samples: list[TrainSample], weights:
     return [e / max(s, 1e-30) for e, s in zip(errors, scales, strict=True)], ratios
 
 
-def _learner(model_dir: Path, stale: bool = True) -> PolicyLearner:
+def _learner(model_dir: Path) -> PolicyLearner:
     # No gradient clipping (the check compares the raw gradient); an lr at which the second epoch's ratios move
     # off 1 (0.37 to 3.0 here), some past the clip and some not.
     settings = LearnerSettings(lr=4e-4, epochs=2, micro_batch=4, grad_clip=1e9, temperature=0.9, loss=LOSS,
-                               stale=stale, seed=1)
+                               seed=1)
     return PolicyLearner(model_dir, settings)
 
 
@@ -118,7 +121,12 @@ def test_every_step_follows_the_hand_worked_weighted_gradient(tiny_model_dir: Pa
 def test_without_the_weight_the_check_fails(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, broken: str) -> None:
     if broken == "weight dropped":
         monkeypatch.setattr(losses, "truncated_is_weight", lambda prox, behaviour, mask, cap: torch.ones_like(prox))
-    learner = _learner(tiny_model_dir, stale=broken != "behaviour not passed")
+    else:
+        def without_behaviour(*args, **kwargs):
+            return losses.policy_loss(*args, **{**kwargs, "behaviour_logprobs": None})
+
+        monkeypatch.setattr(learner_module, "policy_loss", without_behaviour)
+    learner = _learner(tiny_model_dir)
     samples, weights = _samples(learner.model, learner.settings.temperature)
     relative, _ = _step_gradients(learner, samples, weights)
     # The first step is taken at the same weights as in the test above.

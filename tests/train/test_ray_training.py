@@ -28,7 +28,7 @@ SMALL = [
     "eval.games=6", "eval.samples_per_infoset=2", "eval.bootstrap=5", "logging.samples_every=1",
     "resources.rollout_workers=1",
     # No KL penalty: with the next rollout overlapping the update, the engine-learner gap below holds one update's
-    # drift as well as numerics, and the default's KL term (k3, 0.2) moves the policy enough to lift it to ~0.004.
+    # drift as well as numerics, and the default's KL term (forward, 0.2) moves the policy enough to lift it to ~0.004.
     "algorithm.kl_type=none", "algorithm.kl_coef=0", "algorithm.kl_reference=initial",
     # The loop's tests need a model that follows the format, not the default warm start's full schedule: the
     # settings of the shared `warm_model_dir` fixture (WarmStartSettings(depth=2, epochs=2, episodes=400, max_seconds=3600)), so that

@@ -139,7 +139,7 @@ def test_update_moves_the_policy_toward_positive_advantage(engine, tiny_model_di
     assert after[0] > before[0] and after[1] < before[1]
     # With two steps the second one's proximal log-probs are those of the weights before the update.
     assert metrics["logprob/engine_learner_gap"] < 1e-4
-    assert metrics["learn/skipped"] == 0
+    assert metrics["learn/skipped_minibatches"] == 0
     assert {int(state["step"]) for state in learner.optimizer.state.values()} == {minibatches * epochs}
 
 
