@@ -1,9 +1,13 @@
-"""GPU smoke check for a node that will run Strat: needs only torch and transformers.
+"""GPU smoke check for a node that will run Strat: needs only torch and transformers (and Strat's source tree).
 
 On a randomly initialised model with Qwen2.5-0.5B's shape it runs bf16 learner steps (temperature-
 scaled token log-probs over response tokens, a clipped surrogate, AdamW) and KV-cached batched
-generation, then prints learner tokens/s, generation tokens/s and peak GPU memory. Self-contained on
-purpose (no Strat, Ray or vLLM import): a lent GPU machine may have only torch and transformers.
+generation, then prints learner tokens/s, generation tokens/s and peak GPU memory. Then Strat's own
+learner (`strat.train.learner.PolicyLearner`, which imports torch, transformers and safetensors only) runs one
+bf16 update on the same shape, saved with a word-level tokenizer built here, on samples whose behaviour log-probs
+come from a separate bf16 transformers forward standing in for the engine: it reports the engine-learner log-prob
+gap, the update's time and its peak memory. The module imports no Strat, Ray or vLLM code at its top: a lent GPU
+machine may have only torch and transformers, and `--no-strat` skips Strat's check where its source is absent.
 
     python bench/gpu_smoke.py               # one GPU, a few minutes
     python bench/gpu_smoke.py --cpu-smoke   # a tiny shape on CPU, seconds: checks the script runs
@@ -16,11 +20,14 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -144,6 +151,72 @@ def generation_bench(model: torch.nn.Module, shape: Shape, settings: Settings, d
     return {"gen_seconds": seconds, "gen_tokens": float(new), "gen_tokens_per_s": new / seconds}
 
 
+def write_model_dir(shape: Shape, directory: Path) -> Path:
+    """A loadable model directory: the shape's Qwen2 model with random weights (safetensors) and a word-level
+    tokenizer of its vocabulary ("t0".."t<vocab-1>", t1 ending a turn and padding), built offline."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from transformers import PreTrainedTokenizerFast
+
+    build_model(shape, torch.device("cpu"), torch.float32).save_pretrained(directory, safe_serialization=True)
+    words = Tokenizer(WordLevel({f"t{i}": i for i in range(shape.vocab)}, unk_token="t2"))
+    words.pre_tokenizer = WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, bos_token="t0", eos_token="t1", pad_token="t1",
+                                        unk_token="t2")
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def strat_learner_check(shape: Shape, settings: Settings, device: torch.device, dtype: torch.dtype
+                        ) -> dict[str, float | list[str]]:
+    """One update of Strat's own learner on `device` in `dtype` (bf16: mixed precision over float32 weights), on
+    `settings.batch` random samples whose behaviour log-probs come from a plain transformers forward in `dtype`
+    (what an engine would report). Returns the engine-learner gap, the update's time, its peak GPU memory, and the
+    heavy modules the learner pulled in (none expected)."""
+    root = Path(__file__).resolve().parents[1]
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from strat.algorithm.records import TrainSample
+    from strat.train.learner import LearnerSettings, PolicyLearner
+
+    generator = torch.Generator(device="cpu").manual_seed(3)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = write_model_dir(shape, Path(tmp))
+        from transformers import AutoModelForCausalLM
+
+        engine = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+        seq = settings.prompt_len + settings.response_len
+        ids = torch.randint(2, shape.vocab, (settings.batch, seq), generator=generator)
+        with torch.no_grad():
+            behaviour = token_logprobs(engine, ids.to(device), settings.temperature)[:, settings.prompt_len - 1:]
+        del engine
+        advantages = torch.randn(settings.batch, generator=generator).tolist()
+        samples = [TrainSample(f"g{row}", f"e{row}", "player_0", 0, tuple(ids[row, : settings.prompt_len].tolist()),
+                               tuple(ids[row, settings.prompt_len:].tolist()), tuple(behaviour[row].float().tolist()),
+                               advantages[row]) for row in range(settings.batch)]
+        learner_settings = LearnerSettings(lr=settings.lr, micro_batch=settings.batch, temperature=settings.temperature,
+                                           device=device.type, dtype="bfloat16" if dtype == torch.bfloat16 else "float32")
+        learner = PolicyLearner(model_dir, learner_settings)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        _sync(device)
+        started = time.perf_counter()
+        metrics = learner.update(samples)
+        _sync(device)
+        seconds = time.perf_counter() - started
+    heavy = sorted({name.split(".")[0] for name in sys.modules} & {"pydantic", "ray", "vllm", "games", "pyspiel"})
+    result: dict[str, float | list[str]] = {
+        "strat_update_s": seconds,
+        "strat_engine_learner_gap": metrics["logprob/engine_learner_gap"],
+        "strat_loss": metrics["loss/policy"],
+        "strat_heavy_modules": heavy,
+    }
+    if device.type == "cuda":
+        result["strat_peak_gpu_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return result
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -153,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu-smoke", action="store_true", help="Run a tiny shape on CPU (checks the script).")
     parser.add_argument("--max-seconds", type=float, default=None, help="Stop learner steps after this long.")
+    parser.add_argument("--no-strat", action="store_true", help="Skip the check of Strat's own learner.")
     args = parser.parse_args(argv)
 
     import transformers
@@ -190,6 +264,15 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         result["peak_gpu_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
         print(f"peak GPU memory: {result['peak_gpu_memory_gib']:.2f} GiB allocated", flush=True)
+    if not args.no_strat:
+        del model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        result.update(strat_learner_check(shape, settings, device, dtype))
+        peak = result.get("strat_peak_gpu_memory_gib")
+        print(f"Strat's learner: one update in {result['strat_update_s']:.2f} s, engine-learner log-prob gap "
+              f"{result['strat_engine_learner_gap']:.2e}" + (f", peak {peak:.2f} GiB" if peak is not None else ""),
+              flush=True)
     result["total_seconds"] = time.perf_counter() - started
     print(json.dumps(result), flush=True)
     return 0
