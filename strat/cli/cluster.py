@@ -12,7 +12,9 @@ import typer
 
 from strat.cluster import jobs
 from strat.cluster.jobs import Extra
+from strat.cluster.memory import check_fits, format_memory, memory_plan_for
 from strat.cluster.placement import format_plan, parse_cluster, plan
+from strat.config import ExperimentConfig
 
 ConfigArg = Annotated[Path, typer.Argument(help="Experiment YAML file, e.g. configs/cluster/qwen2_5_1_5b_kuhn.yaml.")]
 OverridesArg = Annotated[list[str] | None, typer.Argument(help="Overrides as key.sub=value.")]
@@ -22,18 +24,32 @@ AddressOpt = Annotated[
                  help="The cluster's Ray dashboard (Jobs API), e.g. http://127.0.0.1:8265 through a tunnel."),
 ]
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+CLUSTER_HELP = "nodes=N,gpus_per_node=K[,cpus_per_node=C][,gpu_memory=80GiB]; with gpu_memory, refuse an actor that would not fit"
+
+
+def plan_cluster(config_path: Path, overrides: list[str], resolved: ExperimentConfig, notes: tuple[str, ...],
+                 cluster: str) -> str:
+    """The placement and memory plan of a validated config on `cluster` as text; PlacementError when it does not fit."""
+    spec = parse_cluster(cluster)
+    placement = plan(resolved, spec)
+    # An unresolvable model was replaced for validation: estimate (or decline) the one the config names.
+    model_path = jobs.model_path_as_written(config_path, overrides) if notes else resolved.model.path
+    memory = memory_plan_for(resolved, model_path, spec.gpu_memory)
+    check_fits(memory)
+    return format_plan(placement) + "\n\n" + format_memory(memory)
 
 
 def plan_command(
     config: ConfigArg,
     overrides: OverridesArg = None,
-    cluster: Annotated[str, typer.Option(help="nodes=N,gpus_per_node=K[,cpus_per_node=C]")] = "nodes=1,gpus_per_node=8",
+    cluster: Annotated[str, typer.Option(help=CLUSTER_HELP)] = "nodes=1,gpus_per_node=8",
 ) -> None:
-    """Show where every actor of a run would go on a cluster (placement groups, bundles, nodes)."""
+    """Show where every actor of a run would go on a cluster (placement groups, bundles, nodes) and the GPU memory
+    each would need."""
     resolved, notes = jobs.validate(config, list(overrides or []))
     for note in notes:
         typer.echo(f"note: {note}")
-    typer.echo(format_plan(plan(resolved, parse_cluster(cluster))))
+    typer.echo(plan_cluster(config, list(overrides or []), resolved, notes, cluster))
 
 
 def submit_command(
@@ -48,8 +64,13 @@ def submit_command(
     working_dir: Annotated[Path | None, typer.Option(help="Upload this directory (the Strat checkout) as the job's working dir.")] = None,
     env: Annotated[list[str] | None, typer.Option(
         help="KEY=VALUE for the job, repeatable, e.g. HF_HOME=/shared/hf, VLLM_CACHE_ROOT=/shared/vllm.")] = None,
+    cluster: Annotated[str | None, typer.Option(help=f"Plan on this cluster first and refuse what would not fit: "
+                                                     f"{CLUSTER_HELP}")] = None,
 ) -> None:
     """Submit `strat train CONFIG OVERRIDES` as a Ray job; prints the job id and the run directory."""
+    if cluster is not None:
+        resolved, notes = jobs.validate(config, list(overrides or []))
+        typer.echo(plan_cluster(config, list(overrides or []), resolved, notes, cluster))
     job = jobs.submit(address, config, list(overrides or []), extra=extra, image=image,
                       working_dir=working_dir, env=jobs.parse_env(list(env or [])))
     for note in job.notes:

@@ -14,6 +14,9 @@ import typer
 
 import games
 from strat.cli.app import ConfigArg, OverridesArg, load
+from strat.cli.cluster import CLUSTER_HELP, plan_cluster
+from strat.cluster.memory import format_memory, memory_plan_for
+from strat.cluster.placement import needs_placement
 from strat.config import to_yaml
 from strat.config_reference import reference_markdown
 from strat.errors import UserError
@@ -21,16 +24,27 @@ from strat.eval.summaries import record_provenance
 from strat.model import tiny as tiny_model
 
 
-def check(config: ConfigArg, overrides: OverridesArg = None) -> None:
+def check(
+    config: ConfigArg,
+    overrides: OverridesArg = None,
+    cluster: Annotated[str | None, typer.Option(help=f"Also plan on this cluster: {CLUSTER_HELP}")] = None,
+) -> None:
     """Validate a config, check that the game's longest prompt fits the context, and print the resolved result
-    (every default filled in); the context figures go to stderr."""
+    (every default filled in); the context figures and, for a run on GPUs, the memory estimate go to stderr."""
     # Deferred for start-up cost (transformers; see the module docstring).
     from strat.context_check import check_context, context_summary
 
     resolved = load(config, overrides)
     found = check_context(resolved)
+    memory = None
+    if cluster is not None:
+        memory = plan_cluster(config, list(overrides or []), resolved, (), cluster)
+    elif needs_placement(resolved):  # a run on GPUs
+        memory = format_memory(memory_plan_for(resolved, resolved.model.path, None))
     typer.echo(to_yaml(resolved), nl=False)
     typer.echo(context_summary(found, resolved), err=True)
+    if memory is not None:
+        typer.echo(memory, err=True)
 
 
 def init_model(

@@ -119,7 +119,7 @@ def validate(config_path: Path, overrides: list[str]) -> tuple[ExperimentConfig,
         if not str(err).startswith("model.path="):
             raise
         config = load_config(config_path, [*overrides, "model.path=tiny:kuhn_poker"])
-        tree_path = _raw_model_path(config_path, overrides)
+        tree_path = model_path_as_written(config_path, overrides)
         if hub.parse(tree_path) is not None:
             note = (f"model.path={tree_path!r} is not resolvable here; the job resolves it on the cluster and its "
                     "config.yaml records the revision")
@@ -135,7 +135,8 @@ def pinned_overrides(config: ExperimentConfig, overrides: list[str]) -> list[str
     return [*overrides, f"model.path={config.model.path}"]
 
 
-def _raw_model_path(config_path: Path, overrides: list[str]) -> str:
+def model_path_as_written(config_path: Path, overrides: list[str]) -> str:
+    """`model.path` as the config file and the overrides give it, before any resolution."""
     path = (yaml.safe_load(config_path.read_text()) or {}).get("model", {}).get("path", "")
     for text in overrides:
         parts, value = parse_override(text)

@@ -39,10 +39,12 @@ _EPS = 1e-9
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node's schedulable resources; `cpus=None` means CPUs are not checked."""
+    """One node's schedulable resources; `cpus=None` means CPUs are not checked, `gpu_memory=None` (bytes per
+    GPU) that memory is not."""
 
     gpus: float
     cpus: float | None = None
+    gpu_memory: int | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,12 @@ class ClusterSpec:
         return sum(node.gpus for node in self.nodes)
 
     @property
+    def gpu_memory(self) -> int | None:
+        """Bytes of the smallest GPU, or None when a node does not say."""
+        sizes = [node.gpu_memory for node in self.nodes]
+        return None if not sizes or None in sizes else min(size for size in sizes if size is not None)
+
+    @property
     def max_node_gpus(self) -> float:
         return max((node.gpus for node in self.nodes), default=0.0)
 
@@ -62,7 +70,8 @@ class ClusterSpec:
         first = self.nodes[0] if self.nodes else NodeSpec(0.0)
         if all(node == first for node in self.nodes):
             text = f"nodes={len(self.nodes)},gpus_per_node={first.gpus:g}"
-            return text + (f",cpus_per_node={first.cpus:g}" if first.cpus is not None else "")
+            text += f",cpus_per_node={first.cpus:g}" if first.cpus is not None else ""
+            return text + (f",gpu_memory={first.gpu_memory / _GIB:g}GiB" if first.gpu_memory is not None else "")
         return "nodes=[" + "; ".join(
             f"{n.gpus:g} GPU" + (f" {n.cpus:g} CPU" if n.cpus is not None else "") for n in self.nodes
         ) + "]"
@@ -121,17 +130,36 @@ class Plan:
 
 
 _CLUSTER_KEYS = {"nodes": int, "gpus_per_node": float, "cpus_per_node": float}
+_GIB = 2**30
+_MEMORY_UNITS = {"GiB": _GIB, "MiB": 2**20, "GB": 10**9, "MB": 10**6}
+
+
+def parse_memory(text: str) -> int:
+    """Bytes in `80GiB`, `24GB`, `40960MiB`; PlacementError otherwise."""
+    for unit, scale in _MEMORY_UNITS.items():
+        if text.endswith(unit):
+            try:
+                value = float(text.removesuffix(unit))
+            except ValueError:
+                break
+            if value > 0:
+                return round(value * scale)
+    raise PlacementError(f"gpu_memory={text!r}: a positive size with a unit ({', '.join(_MEMORY_UNITS)}), e.g. 80GiB")
 
 
 def parse_cluster(text: str) -> ClusterSpec:
-    """Parse `nodes=N,gpus_per_node=K[,cpus_per_node=C]` into a uniform cluster."""
+    """Parse `nodes=N,gpus_per_node=K[,cpus_per_node=C][,gpu_memory=80GiB]` into a uniform cluster."""
     values: dict[str, float] = {}
+    gpu_memory: int | None = None
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, _, raw = item.partition("=")
         key = key.strip()
+        if key == "gpu_memory":
+            gpu_memory = parse_memory(raw.strip())
+            continue
         if key not in _CLUSTER_KEYS or not raw.strip():
             raise PlacementError(
-                f"cluster {text!r}: {item!r} is not one of nodes=N, gpus_per_node=K, cpus_per_node=C"
+                f"cluster {text!r}: {item!r} is not one of nodes=N, gpus_per_node=K, cpus_per_node=C, gpu_memory=SIZE"
             )
         try:
             values[key] = _CLUSTER_KEYS[key](raw.strip())
@@ -142,7 +170,7 @@ def parse_cluster(text: str) -> ClusterSpec:
     missing = [key for key in ("nodes", "gpus_per_node") if key not in values]
     if missing:
         raise PlacementError(f"cluster {text!r}: missing {', '.join(missing)} (e.g. nodes=2,gpus_per_node=8)")
-    node = NodeSpec(gpus=values["gpus_per_node"], cpus=values.get("cpus_per_node"))
+    node = NodeSpec(gpus=values["gpus_per_node"], cpus=values.get("cpus_per_node"), gpu_memory=gpu_memory)
     return ClusterSpec(nodes=(node,) * int(values["nodes"]))
 
 

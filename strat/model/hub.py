@@ -62,7 +62,7 @@ def _advice(name: HubName, reason: str) -> str:
             f"at shared storage that holds it (now {cache_dir()}), or log in (`hf auth login`) for a gated model")
 
 
-def _cached(name: HubName) -> Path | None:
+def cached(name: HubName) -> Path | None:
     """The cached snapshot of `name`, or None when the cache lacks it (or holds it incomplete)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import IncompleteSnapshotError, LocalEntryNotFoundError
@@ -77,7 +77,7 @@ def _cached(name: HubName) -> Path | None:
 def commit(name: HubName) -> str:
     """The commit `name` stands for: from the cache, else (network allowed) from the Hub's metadata, nothing
     downloaded. Raises ValueError with a one-line message that says what to do."""
-    local = _cached(name)
+    local = cached(name)
     if local is not None:
         if not any(local.glob("*.safetensors")):
             raise ValueError(f"Hub model {name} in the cache ({local}) holds no *.safetensors weights; Strat loads "
@@ -108,7 +108,7 @@ def pin(path: str) -> str:
 
 def snapshot(name: HubName) -> Path:
     """The local directory of `name`'s files: from the cache, else downloaded (network allowed)."""
-    local = _cached(name)
+    local = cached(name)
     if local is not None:
         return local
     if offline():
