@@ -161,7 +161,7 @@ def measured_transient(fields: dict[str, Any], bf16: bool, checkpointing: bool, 
     return peak - 16 * sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.parametrize("size", [pytest.param("tiny"), pytest.param("49M", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("size", [pytest.param("tiny"), pytest.param("49M", marks=pytest.mark.long)])
 @pytest.mark.parametrize(("bf16", "checkpointing"), [(False, False), (False, True), (True, False), (True, True)])
 def test_activations_within_20_percent_of_the_measured_peak(size: str, bf16: bool, checkpointing: bool) -> None:
     fields = {"model_type": "qwen2", "vocab_size": 2048, "tie_word_embeddings": False, **SIZES[size]}
