@@ -185,7 +185,7 @@ def strat_learner_check(shape: Shape, settings: Settings, device: torch.device, 
         model_dir = write_model_dir(shape, Path(tmp))
         from transformers import AutoModelForCausalLM
 
-        engine = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+        engine = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, use_safetensors=True).to(device).eval()
         seq = settings.prompt_len + settings.response_len
         ids = torch.randint(2, shape.vocab, (settings.batch, seq), generator=generator)
         with torch.no_grad():

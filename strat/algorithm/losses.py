@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
@@ -76,6 +76,11 @@ class LossConfig:
     the surrogate, 0 on every other token, so a move token's entropy gradient weighs `move_entropy_coef` against
     the advantage's 1. Keeps every move sampled (so that groups keep seeing the alternatives) without loosening
     the reasoning's format."""
+
+    def __post_init__(self) -> None:
+        if self.kl_type not in get_args(KLType):
+            raise ValueError(f"kl_type={self.kl_type!r} (allowed: {', '.join(get_args(KLType))}; the k3 estimator is"
+                             " `forward`, k2 is `reverse`)")
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -119,7 +119,7 @@ def test_two_ranks_anchor_the_kl_on_the_gathered_snapshot(local_ray, tiny_model_
     # the KL of rank 1's samples (and so the summed loss/kl) is measured against the initial weights.
     from strat.train.learner_actor import LearnerGroup
 
-    settings = replace(SETTINGS, lr=2e-2, kl_reference="snapshot", loss=replace(SETTINGS.loss, kl_type="k3",
+    settings = replace(SETTINGS, lr=2e-2, kl_reference="snapshot", loss=replace(SETTINGS.loss, kl_type="forward",
                                                                                  kl_coef=0.1))
     group = LearnerGroup.start(str(tiny_model_dir), settings, 2, lambda rank: {"num_cpus": 0.5})
     single = PolicyLearner(tiny_model_dir, settings)
