@@ -110,9 +110,6 @@ class ProximalLogprobs:
     def __init__(self) -> None:
         self._rows: dict[int, torch.Tensor] = {}
 
-    def covers(self, rows: Sequence[int]) -> bool:
-        return all(row in self._rows for row in rows)
-
     def keep(self, rows: Sequence[int], values: torch.Tensor, mask: torch.Tensor) -> None:
         """Keep each row's values on its response tokens (`mask`), under its sample's position."""
         for row, position in enumerate(rows):
