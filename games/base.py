@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import abc
 import random
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
@@ -36,6 +37,15 @@ class GameSpec:
 
 BeliefValues = Callable[[str], tuple[str, ...]]
 """Text -> the private-information values it names (card ranks, dice faces), for belief accuracy."""
+
+
+def value_overlap(claimed: Sequence[str], true: Sequence[str]) -> float:
+    """|claimed ∩ true| / max(|claimed|, |true|) as multisets: 1 for an exact claim, partial for a hedge, 0 when
+    either is empty. The belief score of values `claimed` against the `true` ones."""
+    if not claimed or not true:
+        return 0.0
+    shared = sum((Counter(claimed) & Counter(true)).values())
+    return shared / max(len(claimed), len(true))
 
 
 def agent_name(player: int) -> str:

@@ -11,13 +11,12 @@ class sets `exact_posterior` (Kuhn poker, Leduc poker, Liar's dice with a few di
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyspiel
 
-from games.base import TextGameEnv
+from games.base import TextGameEnv, value_overlap
 from games.openspiel_env import OpenSpielEnv
 
 Policy = Callable[[TextGameEnv, str], Mapping[int, float]]
@@ -73,7 +72,7 @@ class Posterior:
         truth is drawn from this posterior: for one named value, its posterior probability. The score of a belief
         against one truth is the comparator's value overlap, |claimed ∩ true| / max(|claimed|, |true|) as
         multisets, so a hedge ("queen or king") earns half of each value's probability."""
-        return sum(probability * _overlap(claimed, value.split()) for value, probability in self.probabilities.items())
+        return sum(probability * value_overlap(claimed, value.split()) for value, probability in self.probabilities.items())
 
 
 def supports_posterior(env: TextGameEnv) -> bool:
@@ -158,11 +157,3 @@ def _deals(game: pyspiel.Game, moves: list[tuple[int, int]]) -> Iterator[tuple[p
             continue
         stack.append((state.child(action), chance, index + 1, [*decisions, (state, player, action)]))
 
-
-def _overlap(claimed: Sequence[str], true: Sequence[str]) -> float:
-    """|claimed ∩ true| / max(|claimed|, |true|) as multisets; 0 when either is empty (the comparator's rule,
-    strat.algorithm.comparison.value_overlap)."""
-    if not claimed or not true:
-        return 0.0
-    shared = sum((Counter(claimed) & Counter(true)).values())
-    return shared / max(len(claimed), len(true))

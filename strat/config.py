@@ -297,6 +297,24 @@ class ComparisonConfig(_Section):
     advantage is the outcome term alone). Scoring such predictions rewards moves that leave the opponent no choice
     (Liar's dice's self-play collapsed to the highest bid, answered only by "liar"; against the truthful bidder the
     policy learnt to open with false bids of two of a face, which it always calls)."""
+    prediction_target: Literal["sampled", "policy"] = "sampled"
+    """What `<predict>` is scored against: `sampled`, the move the opponent then made (1 or 0); `policy`, the
+    probability the opponent's policy gives the predicted move, estimated on the weights that played
+    (`strat.algorithm.targets`: the rollout's own turns at that state, leaving out the scored episode, then fresh
+    samples; a scripted player's exact probabilities). A prediction with no estimate falls back to `sampled`."""
+    belief_target: Literal["truth", "posterior"] = "truth"
+    """What the belief line is scored against: `truth`, the private information that was dealt; `posterior`, the
+    posterior probability of the value it names given the public history and the opponents' estimated policy
+    (`games.posterior`: Kuhn poker, Leduc poker, Liar's dice with up to three dice each). Other games, and a belief
+    with no estimate, fall back to `truth`; the run log says so for a game without posteriors."""
+    policy_min_visits: int = Field(8, ge=1)
+    """With a `policy` or `posterior` target: a state the rollout visited fewer times is sampled afresh."""
+    policy_samples: int = Field(256, ge=0)
+    """With a `policy` or `posterior` target: the most fresh generations per rollout for those samples (0: the
+    rollout's own turns only)."""
+    diagnose_targets: bool = False
+    """Estimate the targets even where neither setting uses them, to report the scores against both
+    (`cot/score_var_target`, `cot/belief_gap`); costs the samples above."""
     judge_engine: Literal["separate", "policy"] = "separate"
     """The judge gets its own engine; `policy` (circular: the policy judges itself) is explicit."""
     judge_model: str | None = None

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 import games
-from games.base import BeliefValues
+from games.base import BeliefValues, value_overlap
 from strat.algorithm.reasoning import BELIEF_MARKER
-from strat.algorithm.records import NO_SCORE, Episode, ScoredEpisode, Turn, TurnScore
+from strat.algorithm.records import NO_SCORE, BeliefTarget, Episode, ScoredEpisode, Turn, TurnScore
+from strat.algorithm.targets import BeliefTargetKind, PredictionTarget
 
 AgreementMethod = Literal["token_f1", "embedding", "judge"]
 Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
@@ -91,14 +92,6 @@ def _claim_about(guess: str, agent: str, single_opponent: bool) -> str:
         if any(match.group(1) == number for match in _PLAYER.finditer(segment)):
             return _PLAYER.sub(" ", segment)
     return ""
-
-
-def value_overlap(claimed: Sequence[str], true: Sequence[str]) -> float:
-    """|claimed ∩ true| / max(|claimed|, |true|) as multisets: 1 for an exact claim, partial for a hedge."""
-    if not claimed or not true:
-        return 0.0
-    shared = sum((Counter(claimed) & Counter(true)).values())
-    return shared / max(len(claimed), len(true))
 
 
 def belief_accuracy(past: str | None, truths: Mapping[str, str], extract: BeliefValues) -> float:
@@ -251,16 +244,79 @@ def forced(following: Turn | None) -> bool:
     return following is None or following.choices == 1 or following.certain
 
 
+def policy_prediction(predicted: str | None, next_move: Sequence[tuple[str, float]]) -> float:
+    """The probability the opponent's policy gives the move `<predict>` names (0 without a prediction): the expected
+    prediction score when the move is drawn from that policy."""
+    if predicted is None:
+        return 0.0
+    named = normalise_action(predicted)
+    return sum(probability for name, probability in next_move if normalise_action(name) == named)
+
+
+def posterior_belief(past: str | None, beliefs: Sequence[BeliefTarget], extract: BeliefValues) -> tuple[float, float]:
+    """The belief line's expected score when each other agent's private information is drawn from its posterior,
+    and its gap to the best belief (the most likely value's probability minus that score), means over the agents."""
+    guess = belief_text(past) if past is not None else None
+    single = len(beliefs) == 1
+    scores, gaps = [], []
+    for target in beliefs:
+        claimed = extract(_claim_about(guess, target.agent, single)) if guess is not None else ()
+        score = sum(probability * value_overlap(claimed, value.split()) for value, probability in target.values)
+        scores.append(score)
+        gaps.append(max(probability for _, probability in target.values) - score)
+    return sum(scores) / len(scores), sum(gaps) / len(gaps)
+
+
+@dataclass(frozen=True)
+class _Components:
+    """One ego turn's compared components, against the sampled truth and, where estimated, against targets."""
+
+    predict: float | None = None
+    belief: float | None = None
+    predict_target: float | None = None
+    belief_target: float | None = None
+    belief_gap: float | None = None
+    estimated: bool = False
+
+
+def _components(episode: Episode, turn: Turn, following: Turn | None, neutral: bool) -> _Components:
+    """Prediction and belief of a depth >= 1 turn, against the truth and against the episode's targets."""
+    assert turn.response is not None
+    predicted = turn.response.sections.predict
+    targets = episode.targets_of(turn.turn_index)
+    predict = predict_target = None
+    if not neutral:
+        predict = prediction_accuracy(predicted, following.action_name if following is not None else "none")
+        if targets is not None and targets.next_move is not None:
+            predict_target = policy_prediction(predicted, targets.next_move)
+    belief = _belief(episode, turn)
+    belief_target = gap = None
+    extract = games.belief_values(episode.game)
+    wanted = {agent for agent, info in episode.private_info.items() if agent != turn.agent and info}
+    if (belief is not None and extract is not None and targets is not None and targets.beliefs
+            and {target.agent for target in targets.beliefs} == wanted):
+        belief_target, gap = posterior_belief(turn.response.sections.past, targets.beliefs, extract)
+    return _Components(predict, belief, predict_target, belief_target, gap, targets is not None)
+
+
 def score_episodes(
     episodes: Sequence[Episode],
     weights: ComparisonWeights,
     agreement: AgreementScorer = token_f1_scorer,
     skip_forced: bool = False,
+    prediction_target: PredictionTarget = "sampled",
+    belief_target: BeliefTargetKind = "truth",
 ) -> list[ScoredEpisode]:
     """Score every ego turn of `episodes` that has a parsed response; agreement pairs go to `agreement` in one batch.
 
     Components follow the depth each turn was asked for: depth 0 has none, depth 1 has prediction and belief,
     depth 2 adds agreement. A missing section where one was asked for scores 0.
+
+    With `prediction_target` `policy`, a prediction scores the probability the opponent's estimated policy gives the
+    predicted move; with `belief_target` `posterior`, a belief scores its expected value under the posterior over
+    the opponents' private information (`strat.algorithm.targets`, carried by `Episode.targets`). A turn without
+    such a target is scored on the sampled move or the true private information. Where targets were estimated, the
+    turn also carries both scores (`TurnScore.sampled_score`, `target_score`), to compare them on the same turns.
 
     With `skip_forced`, a turn whose prediction is about a forced move (see `forced`) gets no process score at all:
     its prediction is not compared, and the turn is left out of the process statistics (its components other than
@@ -268,33 +324,42 @@ def score_episodes(
     choice (Liar's dice's highest bid, after which "liar" is the only move); dropping only the prediction from the
     turn's mean would pay them too, wherever the remaining components average higher than the prediction does.
     """
-    components: list[tuple[Episode, Turn, float | None, float | None, AgreementPair | None, bool]] = []
+    components: list[tuple[Episode, Turn, _Components, AgreementPair | None, bool]] = []
     for episode in episodes:
         for turn in episode.turns:
             if turn.agent not in episode.ego_agents or turn.response is None:
                 continue
             depth = turn.response.depth
             following = _next_other(episode, turn)
-            predict = belief = pair = None
             neutral = skip_forced and depth >= 1 and forced(following)
-            if depth >= 1:
-                if not neutral:
-                    actual = following.action_name if following is not None else "none"
-                    predict = prediction_accuracy(turn.response.sections.predict, actual)
-                belief = _belief(episode, turn)
-            if depth >= 2:
-                pair = _agreement_pair(episode, turn, following)
-            components.append((episode, turn, predict, belief, pair, neutral))
+            parts = _components(episode, turn, following, neutral) if depth >= 1 else _Components()
+            pair = _agreement_pair(episode, turn, following) if depth >= 2 else None
+            components.append((episode, turn, parts, pair, neutral))
     pairs = [pair for *_, pair, _ in components if pair is not None]
     scored_pairs = agreement(pairs) if pairs else []
     if len(scored_pairs) != len(pairs):
         raise ValueError(f"the agreement scorer returned {len(scored_pairs)} scores for {len(pairs)} pairs")
     pair_scores = iter(scored_pairs)
     by_episode: dict[str, list[TurnScore]] = {episode.episode_id: [] for episode in episodes}
-    for episode, turn, predict, belief, pair, neutral in components:
+    for episode, turn, parts, pair, neutral in components:
         agree = next(pair_scores) if pair is not None else None
+        use_predict = prediction_target == "policy" and parts.predict_target is not None
+        use_belief = belief_target == "posterior" and parts.belief_target is not None
+        predict = parts.predict_target if use_predict else parts.predict
+        belief = parts.belief_target if use_belief else parts.belief
         score, comparable = (NO_SCORE, False) if neutral else combine(predict, belief, agree, weights)
-        by_episode[episode.episode_id].append(
-            TurnScore(turn.agent, turn.turn_index, predict, belief, agree, score, comparable)
-        )
+        sampled = target = None
+        if parts.estimated and not neutral:
+            sampled = combine(parts.predict, parts.belief, agree, weights)[0]
+            target = combine(_or(parts.predict_target, parts.predict), _or(parts.belief_target, parts.belief), agree,
+                             weights)[0]
+        by_episode[episode.episode_id].append(TurnScore(
+            turn.agent, turn.turn_index, predict, belief, agree, score, comparable,
+            on_target=int(use_predict) + int(use_belief), sampled_score=sampled, target_score=target,
+            belief_gap=parts.belief_gap,
+        ))
     return [ScoredEpisode(episode, tuple(by_episode[episode.episode_id])) for episode in episodes]
+
+
+def _or(value: float | None, fallback: float | None) -> float | None:
+    return fallback if value is None else value

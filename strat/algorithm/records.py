@@ -62,6 +62,32 @@ class Turn:
     response_token_ids: tuple[int, ...] = ()
     behaviour_logprobs: tuple[float, ...] = ()
     """Per response token, from the engine's temperature-scaled (processed) distribution."""
+    info_state: str = ""
+    """The acting agent's information state (the game's `info_state_string`, a policy-table key); "" where it was
+    not recorded (older ledgers)."""
+
+
+@dataclass(frozen=True)
+class BeliefTarget:
+    """The posterior over one other agent's private information, as the observer of a turn may hold it."""
+
+    agent: str
+    values: tuple[tuple[str, float], ...]
+    """(value as the game's `belief_values` names it, posterior probability), summing to 1."""
+
+
+@dataclass(frozen=True)
+class TurnTargets:
+    """What an ego turn's reasoning is scored against when the comparison uses estimated targets
+    (`comparison.prediction_target: policy`, `comparison.belief_target: posterior`); made by the rollout worker on
+    the weights that played (`strat.algorithm.targets`)."""
+
+    turn_index: int
+    next_move: tuple[tuple[str, float], ...] | None = None
+    """The next other agent's policy at the state where it moved: (action name, probability); ("none", 1) when the
+    ego's move ended the game; None when it could not be estimated."""
+    beliefs: tuple[BeliefTarget, ...] = ()
+    """One posterior per other agent with private information; empty when none could be computed."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +104,14 @@ class Episode:
     turns: tuple[Turn, ...]
     returns: dict[str, float]
     private_info: dict[str, str] = field(default_factory=dict)
+    seats: dict[str, str] = field(default_factory=dict)
+    """agent -> who played it: `policy`, `snapshot`, or `scripted:<name>`; empty in older ledgers."""
+    targets: tuple[TurnTargets, ...] = ()
+    """Estimated score targets of the ego turns (empty unless the comparison asks for them)."""
+
+    def targets_of(self, turn_index: int) -> TurnTargets | None:
+        """The estimated targets of the turn at `turn_index`, or None."""
+        return next((target for target in self.targets if target.turn_index == turn_index), None)
 
     def turns_of(self, agent: str) -> tuple[Turn, ...]:
         """The turns taken by `agent`, in order."""
@@ -106,6 +140,17 @@ class TurnScore:
     score: float
     """Weighted mean of the comparable components in [0, 1]; NO_SCORE when none was comparable."""
     comparable: bool
+    on_target: int = 0
+    """How many of `predict` and `belief` were scored against estimated targets (`TurnTargets`)."""
+    sampled_score: float | None = None
+    """The score against the sampled move and the true private information, where targets were estimated for this
+    turn (to compare old and new targets on the same turns); None otherwise."""
+    target_score: float | None = None
+    """The score against the estimated targets (the sampled truth for a component without one), where targets were
+    estimated for this turn; None otherwise."""
+    belief_gap: float | None = None
+    """The posterior probability of the most likely value minus the belief's expected score under the posterior
+    (0: the belief names the most likely value), mean over the other agents; None without a posterior."""
 
 
 NO_SCORE = 0.0

@@ -16,6 +16,7 @@ from strat.algorithm.comparison import (
     score_episodes,
 )
 from strat.algorithm.records import Episode, ScoredEpisode
+from strat.algorithm.targets import BeliefTargetKind, PredictionTarget
 from strat.engines import Engine, build_engine
 from strat.train.agreement_models import JUDGE_SAMPLING, AgreementSettings, TextEmbedder, chat_completions
 
@@ -29,9 +30,13 @@ class Comparator:
         settings: AgreementSettings = AgreementSettings(),
         agents: Sequence[Any] = (),
         skip_forced: bool = False,
+        prediction_target: PredictionTarget = "sampled",
+        belief_target: BeliefTargetKind = "truth",
     ) -> None:
         self.weights = weights
         self.skip_forced = skip_forced
+        self.prediction_target: PredictionTarget = prediction_target
+        self.belief_target: BeliefTargetKind = belief_target
         self.agents = list(agents)
         self.engine: Engine | None = None
         self.agreement = self._scorer(settings)
@@ -73,7 +78,8 @@ class Comparator:
         self.agents = list(agents)
 
     def score(self, episodes: list[Episode]) -> list[ScoredEpisode]:
-        return score_episodes(episodes, self.weights, self.agreement, self.skip_forced)
+        return score_episodes(episodes, self.weights, self.agreement, self.skip_forced, self.prediction_target,
+                              self.belief_target)
 
 
 # The actor the trainer starts; `Comparator` is the same class in-process.

@@ -119,7 +119,8 @@ class Fleet:
         self.comparator = CoTComparator.options(
             num_cpus=res.cpus_comparator, num_gpus=res.gpus_comparator, **env, **self._placed("comparator")
         ).remote(ComparisonWeights(weights.predict, weights.belief, weights.agreement), agreement_settings(config),
-                 self.judges(), config.comparison.skip_forced)
+                 self.judges(), config.comparison.skip_forced, config.comparison.prediction_target,
+                 config.comparison.belief_target)
         # One handle for all learner ranks (data-parallel FSDP2 when there are several).
         self.learner = LearnerGroup.start(
             self.model_path, learner_settings(config), res.learner_world_size,

@@ -16,6 +16,7 @@ from games.base import TextGameEnv
 from games.opponents import Opponent, make_opponent
 from strat.algorithm.reasoning import build_messages, decide, misstates_private_info, parse_response, user_prompt
 from strat.algorithm.records import Episode, Turn
+from strat.algorithm.targets import SCRIPTED, Sampler, TargetEstimator, TargetReport, TargetSettings
 from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
 from strat.eval.exploitability import SampledMoves
@@ -53,6 +54,8 @@ class RolloutSettings:
     top_p: float = 1.0
     opponents: tuple[OpponentConfig, ...] = (OpponentConfig(kind="self"),)
     """`game.opponents`: the config's own records, weighted."""
+    targets: TargetSettings = field(default_factory=TargetSettings)
+    """Which score targets a rollout estimates on the weights that played it (`comparison.*_target`)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,8 @@ class LiveGame:
             turns=tuple(self.turns),
             returns={agent: float(value) for agent, value in env.returns().items()},
             private_info={agent: env.private_info(agent) for agent in agents},
+            seats={agent: (f"{SCRIPTED}{self.scripted[agent].name}" if agent in self.scripted
+                           else self.players.get(agent, "")) for agent in agents},
         )
 
 
@@ -162,23 +167,44 @@ class RolloutRunner:
         self.encode = encode
         self.policy = policy
         self.snapshot = snapshot
+        self.last_targets: TargetReport | None = None
+        """What the last rollout's target estimation cost (None when none was made)."""
 
     def run(self, plans: Sequence[GroupPlan], sampling_seed: int) -> list[Episode]:
-        """Play `group_size` games per plan; every round batches all pending LLM decisions."""
+        """Play `group_size` games per plan; every round batches all pending LLM decisions. With score targets
+        asked for, they are estimated at the end, on the same weights (`strat.algorithm.targets`)."""
         players = {"policy": LLMPlayer(self.settings, self.encode, self.policy)}
         if self.snapshot is not None:
             players["snapshot"] = LLMPlayer(self.settings, self.encode, self.snapshot)
-        return play_games([game for plan in plans for game in self._start_group(plan)], players, sampling_seed)
+        episodes = play_games([game for plan in plans for game in self._start_group(plan)], players, sampling_seed)
+        if not self.settings.targets.wanted:
+            return episodes
+        estimator = TargetEstimator(self.settings.targets, self.settings.game_options, self._samplers())
+        episodes, report = estimator.estimate(episodes, derive_seed(sampling_seed, "targets"))
+        self.last_targets = report
+        return episodes
 
-    def sample_actions(self, located: Sequence[tuple[TextGameEnv, str]], n: int, seed: int) -> SampledMoves:
-        """`n` moves of the policy at each (env, agent) in its reasoning format; invalid output
+    def _samplers(self) -> dict[str, Sampler]:
+        """One fresh move per location from each LLM seat (the fallback's move where the output has none)."""
+
+        def sampler(generate: Generate) -> Sampler:
+            return lambda located, seed: [moves[0] for moves in self.sample_actions(located, 1, seed, generate).actions]
+
+        samplers = {"policy": sampler(self.policy)}
+        if self.snapshot is not None:
+            samplers["snapshot"] = sampler(self.snapshot)
+        return samplers
+
+    def sample_actions(self, located: Sequence[tuple[TextGameEnv, str]], n: int, seed: int,
+                       generate: Generate | None = None) -> SampledMoves:
+        """`n` moves of the policy (or of `generate`) at each (env, agent) in its reasoning format; invalid output
         counts as the fallback it triggers, and is marked invalid. One batched generation for all of them."""
         settings = self.settings
         prompts = [self.encode(build_messages(env, agent, settings.depth)) for env, agent in located]
         params = SamplingParams(
             max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p, seed=seed
         )
-        generations = self.policy([prompt for prompt in prompts for _ in range(n)], params)
+        generations = (generate or self.policy)([prompt for prompt in prompts for _ in range(n)], params)
         rng = random.Random(derive_seed(seed, "fallback"))
         actions: list[list[int]] = []
         valid: list[list[bool]] = []
@@ -296,6 +322,7 @@ def llm_turns(player: LLMPlayer, batch: Sequence[LiveGame], seed: int, observe: 
                 prompt_token_ids=tuple(prompt),
                 response_token_ids=tuple(generation.token_ids),
                 behaviour_logprobs=tuple(generation.logprobs),
+                info_state=env.info_state_string(agent),
             )
         )
     return turns
@@ -326,6 +353,7 @@ def _play_scripted(game: LiveGame, observe: bool) -> None:
                 choices=len(env.legal_actions(agent)),
                 certain=probs.get(action, 0.0) >= 1.0 - 1e-9,
                 prompt_text=observation,
+                info_state=env.info_state_string(agent),
             )
         )
 

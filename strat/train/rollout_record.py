@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from strat.algorithm.records import Episode, ParsedResponse, Sections, Turn
+from strat.algorithm.records import BeliefTarget, Episode, ParsedResponse, Sections, Turn, TurnTargets
 from strat.sync.fingerprint import WeightsTag
 
 
@@ -52,6 +52,18 @@ def _episode(data: dict[str, Any]) -> Episode:
         turns=tuple(_turn(turn) for turn in data["turns"]),
         returns={agent: float(value) for agent, value in data["returns"].items()},
         private_info=dict(data["private_info"]),
+        seats=dict(data.get("seats", {})),
+        targets=tuple(_targets(item) for item in data.get("targets", ())),
+    )
+
+
+def _targets(data: dict[str, Any]) -> TurnTargets:
+    next_move = data["next_move"]
+    return TurnTargets(
+        turn_index=int(data["turn_index"]),
+        next_move=None if next_move is None else tuple((str(name), float(p)) for name, p in next_move),
+        beliefs=tuple(BeliefTarget(item["agent"], tuple((str(v), float(p)) for v, p in item["values"]))
+                      for item in data["beliefs"]),
     )
 
 

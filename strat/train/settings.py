@@ -19,6 +19,7 @@ from pathlib import Path
 import games
 from strat.algorithm.advantage import AdvantageConfig
 from strat.algorithm.losses import LossConfig
+from strat.algorithm.targets import TargetSettings
 from strat.config import ExperimentConfig
 from strat.engines import EngineSettings
 from strat.model import hub
@@ -44,7 +45,16 @@ def rollout_settings(config: ExperimentConfig) -> RolloutSettings:
         temperature=config.reasoning.temperature,
         top_p=config.reasoning.top_p,
         opponents=tuple(config.game.opponents),
+        targets=target_settings(config),
     )
+
+
+def target_settings(config: ExperimentConfig) -> TargetSettings:
+    """Which score targets the rollout estimates (`comparison.*_target`, `policy_*`, `diagnose_targets`)."""
+    comparison = config.comparison
+    return TargetSettings(prediction=comparison.prediction_target, belief=comparison.belief_target,
+                          min_visits=comparison.policy_min_visits, samples=comparison.policy_samples,
+                          diagnose=comparison.diagnose_targets)
 
 
 def learner_settings(config: ExperimentConfig) -> LearnerSettings:

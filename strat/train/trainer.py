@@ -17,14 +17,18 @@ from typing import Any
 import ray
 from ray.exceptions import RayTaskError
 
+import games
+from games.posterior import supports_posterior
 from strat.algorithm.advantage import (
     AdvantageStats,
     RoleBaseline,
     compute_advantages,
+    correlation,
     replace_zero_spread_groups,
     zero_spread_group_ids,
 )
 from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
+from strat.algorithm.targets import TargetSettings
 from strat.config import ExperimentConfig, OpponentConfig, held_out_opponents, load_config, save_resolved
 from strat.context_check import check_context, context_summary
 from strat.errors import ConfigError, RunAborted
@@ -45,6 +49,7 @@ from strat.train.settings import (
     advantage_config,
     base_model_path,
     rollout_settings,
+    target_settings,
     warm_start_settings,
 )
 from strat.train.tracking import open_tracker
@@ -85,10 +90,15 @@ def _due(step: int, every: int) -> bool:
     return bool(every) and step % every == 0
 
 
-def episode_metrics(scored: list[ScoredEpisode]) -> dict[str, float]:
-    """Reward, format validity and CoT figures of a step's ego turns."""
+def episode_metrics(scored: list[ScoredEpisode], targets: TargetSettings | None = None) -> dict[str, float]:
+    """Reward, format validity and CoT figures of a step's ego turns. Where score targets were estimated: the share
+    of components scored on them (`cot/target_coverage`), and the process score's variance and correlation with the
+    turn's outcome against the sampled truth and against the targets, on the same turns."""
+    targets = targets or TargetSettings()
     ego_returns, valid, misstated, truncated, llm_turns, tokens = [], 0, 0, 0, 0, 0
-    scores, predicts, beliefs = [], [], []
+    scores, predicts, beliefs, gaps = [], [], [], []
+    on_target = eligible = 0
+    paired: list[tuple[float, float, float]] = []
     for item in scored:
         episode = item.episode
         ego_returns.extend(episode.outcome(agent) for agent in episode.ego_agents)
@@ -104,13 +114,24 @@ def episode_metrics(scored: list[ScoredEpisode]) -> dict[str, float]:
                 scores.append(score.score)
             if score.predict is not None:
                 predicts.append(score.predict)
+                eligible += int(targets.prediction == "policy")
             if score.belief is not None:
                 beliefs.append(score.belief)
+                eligible += int(targets.belief == "posterior")
+            if score.belief_gap is not None:
+                gaps.append(score.belief_gap)
+            on_target += score.on_target
+            if score.comparable and score.sampled_score is not None and score.target_score is not None:
+                paired.append((score.sampled_score, score.target_score, episode.outcome(score.agent)))
 
     def mean(values: list[float]) -> float | None:
         return sum(values) / len(values) if values else None
 
-    return {
+    def variance(values: list[float]) -> float | None:
+        centre = mean(values)
+        return None if centre is None else sum((v - centre) ** 2 for v in values) / len(values)
+
+    record = {
         "episodes/count": float(len(scored)),
         "reward/mean": mean(ego_returns),
         "format/valid_rate": valid / llm_turns if llm_turns else None,
@@ -121,6 +142,19 @@ def episode_metrics(scored: list[ScoredEpisode]) -> dict[str, float]:
         "cot/belief_acc": mean(beliefs),
         "gen/tokens": float(tokens),
     }
+    if eligible:
+        record["cot/target_coverage"] = on_target / eligible
+    if paired:
+        sampled, target, outcome = (list(column) for column in zip(*paired, strict=True))
+        record.update({
+            "cot/score_var_sampled": variance(sampled),
+            "cot/score_var_target": variance(target),
+            "cot/outcome_corr_sampled": correlation(sampled, outcome),
+            "cot/outcome_corr_target": correlation(target, outcome),
+        })
+    if gaps:
+        record["cot/belief_gap"] = mean(gaps)
+    return record
 
 
 def advantage_metrics(stats: AdvantageStats) -> dict[str, float | None]:
@@ -275,8 +309,18 @@ class Trainer:
         self._owns_ray = start_ray(self.address)
 
     def _start_actors(self) -> None:
+        self._note_targets()
         self.fleet = Fleet(self.config, self.run_dir, self.model_path, lambda: self._in_progress or self.step + 1)
         self.fleet.start()
+
+    def _note_targets(self) -> None:
+        """One log line where `comparison.belief_target: posterior` cannot be had for the game: beliefs are then
+        scored against the truth."""
+        config = self.config
+        if config.comparison.belief_target == "posterior" and not supports_posterior(
+                games.make(config.game.name, **config.game.options)):
+            log.warning("comparison.belief_target=posterior: %s has no exact posterior (or no belief score);"
+                        " beliefs are scored against the true private information", config.game.name)
 
     def _stop_actors(self) -> None:
         if self.fleet is not None:
@@ -473,7 +517,7 @@ class Trainer:
         evaluate = config.schedule.eval_every > 0 and (_due(step, config.schedule.eval_every) or last)
         self._publish(step, evaluate, timer)
         record: dict[str, Any] = {
-            "step": step, **episode_metrics(scored), **advantage_metrics(stats), **resampling, **learn,
+            "step": step, **episode_metrics(scored, target_settings(config)), **advantage_metrics(stats), **resampling, **learn,
             "rollout/weights_version": float(rollout.weights[0].version),
         }
         record.setdefault("loss/kl", 0.0)

@@ -64,7 +64,7 @@ class FakeLLM:
                 action = rng.choices(list(names), weights=list(names.values()))[0]
                 sections = Sections(
                     past="They have acted.\nbelief: Jack",
-                    their_view="They will read strength.",
+                    their_view="They will read strength." if self.depth >= 2 else None,
                     plan="Play the mixed strategy.",
                     predict="pass",
                     action=action,
