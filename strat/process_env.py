@@ -36,7 +36,18 @@ def with_defaults(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {key: env.get(key, value) for key, value in DEFAULTS.items()}
 
 
+_APPLIED: set[str] = set()
+"""The defaults `apply_defaults` set in this process (the user had chosen no value)."""
+
+
 def apply_defaults() -> None:
     """Set each default in this process's environment unless the user already chose a value."""
     for key, value in DEFAULTS.items():
-        os.environ.setdefault(key, value)
+        if key not in os.environ:
+            os.environ[key] = value
+            _APPLIED.add(key)
+
+
+def chosen_by_user(key: str) -> bool:
+    """Whether `key` is in this process's environment by the user's choice, not by `apply_defaults`."""
+    return key in os.environ and key not in _APPLIED

@@ -25,7 +25,7 @@ from strat.sync.weights import WeightSync
 from strat.train.agent_actor import AgentActor
 from strat.train.comparator_actor import CoTComparator
 from strat.train.learner_actor import LearnerGroup
-from strat.train.ray_node import actor_env_vars
+from strat.train.ray_node import actor_env_vars, actor_threads
 from strat.train.rollout import GroupPlan
 from strat.train.rollout_actor import RolloutWorker
 from strat.train.settings import agreement_settings, engine_settings, learner_settings, rollout_settings
@@ -102,14 +102,17 @@ class Fleet:
         res = config.resources
         check_resources(config, ray.cluster_resources())
         self._engine_settings = engine_settings(config)
-        env = {"runtime_env": {"env_vars": actor_env_vars()}}  # see the docstring
+        def env(num_cpus: float, num_gpus: float) -> dict[str, Any]:
+            """See the docstring; a GPU actor gets one OpenMP thread per CPU it holds (`actor_threads`)."""
+            return {"num_cpus": num_cpus, "num_gpus": num_gpus,
+                    "runtime_env": {"env_vars": {**actor_env_vars(), **actor_threads(num_cpus, num_gpus)}}}
+
         if needs_placement(config):
             # One placement group per role; a plan that cannot fit is refused here, before any actor.
             self.placement = reserve(plan_placement(config, cluster_from_ray(ray.nodes())), res.actor_start_timeout_s)
         # An agent's engine holds all of its tensor-parallel GPUs.
-        self._agent_cls = (AgentActor, {"num_cpus": res.cpus_per_agent,
-                                        "num_gpus": res.gpus_per_agent * config.engine.tensor_parallel_size, **env})
-        self._worker_cls = (RolloutWorker, {"num_cpus": res.cpus_per_worker, **env})
+        self._agent_cls = (AgentActor, env(res.cpus_per_agent, res.gpus_per_agent * config.engine.tensor_parallel_size))
+        self._worker_cls = (RolloutWorker, env(res.cpus_per_worker, 0))
         self.agents = [self._new_agent(index=i) for i in range(res.agents)]
         self.snapshot = None
         if any(o.kind == "snapshot" for o in config.game.opponents):
@@ -117,15 +120,14 @@ class Fleet:
         self.workers = [self._new_worker(i) for i in range(res.rollout_workers)]
         weights = config.comparison.weights
         self.comparator = CoTComparator.options(
-            num_cpus=res.cpus_comparator, num_gpus=res.gpus_comparator, **env, **self._placed("comparator")
+            **env(res.cpus_comparator, res.gpus_comparator), **self._placed("comparator")
         ).remote(ComparisonWeights(weights.predict, weights.belief, weights.agreement), agreement_settings(config),
                  self.judges(), config.comparison.skip_forced, config.comparison.prediction_target,
                  config.comparison.belief_target)
         # One handle for all learner ranks (data-parallel FSDP2 when there are several).
         self.learner = LearnerGroup.start(
             self.model_path, learner_settings(config), res.learner_world_size,
-            lambda rank: {"num_cpus": res.cpus_learner, "num_gpus": res.gpus_per_learner_rank, **env,
-                          **self._placed("learner", rank)},
+            lambda rank: {**env(res.cpus_learner, res.gpus_per_learner_rank), **self._placed("learner", rank)},
             res.actor_start_timeout_s,
         )
         self.sync = WeightSync(config, self.run_dir, self.learner, lambda: self.agents, lambda: self.snapshot,

@@ -8,7 +8,7 @@ import sys
 
 import ray
 
-from strat.process_env import with_defaults
+from strat.process_env import chosen_by_user, with_defaults
 
 ACTOR_ENV_KEYS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "STRAT_CACHE_DIR")
 """The driver's environment variables every actor gets, where the driver has them (offline hub, the model cache),
@@ -30,6 +30,17 @@ def actor_env_vars() -> dict[str, str]:
     env_vars.update({key: os.environ[key] for key in ACTOR_ENV_KEYS if key in os.environ})
     env_vars["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     return env_vars
+
+
+def actor_threads(num_cpus: float, num_gpus: float) -> dict[str, str]:
+    """The OpenMP threads of an actor that holds `num_cpus` CPUs and `num_gpus` GPUs, as env vars on top of
+    `actor_env_vars()`: a GPU actor (a CUDA engine, learner or judge) gets one thread per CPU it holds, so that its
+    CPU-side work (the learner's weight gather and safetensors write, tokenisation) is not single-threaded; a CPU
+    actor keeps the one thread that keeps small ops from stalling on a busy box. An `OMP_NUM_THREADS` the user set
+    where the driver runs wins."""
+    if num_gpus <= 0 or chosen_by_user("OMP_NUM_THREADS"):
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, int(num_cpus)))}
 
 
 def start_ray(address: str | None = None, local: bool = False) -> bool:

@@ -125,3 +125,33 @@ def test_the_fleet_gives_each_actor_the_defaults_when_the_caller_started_ray(
         env_vars = kwargs["runtime_env"]["env_vars"]
         assert {key: env_vars[key] for key in DEFAULTS} == DEFAULTS, role
         assert env_vars == ray_node.actor_env_vars(), role
+
+
+@pytest.mark.parametrize(("user", "cpus", "gpus", "expected"), [(False, 8, 1, "8"), (False, 2, 0, None),
+                                                                 (False, 0.5, 0.5, "1"), (True, 8, 1, None)])
+def test_a_gpu_actor_gets_one_thread_per_cpu_unless_the_user_chose(
+    monkeypatch: pytest.MonkeyPatch, user: bool, cpus: float, gpus: float, expected: str | None
+) -> None:
+    from strat import process_env
+
+    monkeypatch.setattr(process_env, "_APPLIED", set() if user else {"OMP_NUM_THREADS"})
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert ray_node.actor_threads(cpus, gpus).get("OMP_NUM_THREADS") == expected
+
+
+def test_the_actor_threads_override_the_jobs_one_thread() -> None:
+    """In Ray's merge of runtime envs an actor's env_vars win over the job's (`start_ray` puts one thread there)."""
+    import ray
+
+    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {**ray_node.actor_env_vars(), "OMP_NUM_THREADS": "1"}})
+    try:
+        @ray.remote
+        def threads() -> str:
+            return os.environ["OMP_NUM_THREADS"]
+
+        gpu = threads.options(num_cpus=3, num_gpus=1, runtime_env={"env_vars": {"OMP_NUM_THREADS": "3"}})
+        assert ray.get(gpu.remote(), timeout=120) == "3"
+        assert ray.get(threads.options(num_cpus=1).remote(), timeout=120) == "1"
+    finally:
+        ray.shutdown()
