@@ -24,6 +24,8 @@ Generate = Callable[[list[list[int]], SamplingParams], list[Generation]]
 """A policy: token-id prompts and sampling params in, one generation per prompt out."""
 Encode = Callable[[list[dict[str, str]]], list[int]]
 """Chat messages to prompt token ids in the model's template."""
+Spans = Callable[[Sequence[int], str], tuple[tuple[str, int, int], ...]]
+"""A response's token ids and text to its section spans (`Turn.section_spans`), e.g. `TokenOffsets.spans`."""
 
 OBSERVATION_DEPTH = 2
 """The prompt depth whose user message is a turn's recorded observation (it names the private information)."""
@@ -63,6 +65,8 @@ class LLMPlayer:
     settings: RolloutSettings
     encode: Encode
     generate: Generate
+    spans: Spans | None = None
+    """Where each response's sections lie in its tokens (for credit by segment); None leaves them unknown."""
 
 
 @dataclass
@@ -157,17 +161,19 @@ class RolloutRunner:
         encode: Encode,
         policy: Generate,
         snapshot: Generate | None = None,
+        spans: Spans | None = None,
     ) -> None:
         self.settings = settings
         self.encode = encode
         self.policy = policy
         self.snapshot = snapshot
+        self.spans = spans
 
     def run(self, plans: Sequence[GroupPlan], sampling_seed: int) -> list[Episode]:
         """Play `group_size` games per plan; every round batches all pending LLM decisions."""
-        players = {"policy": LLMPlayer(self.settings, self.encode, self.policy)}
+        players = {"policy": LLMPlayer(self.settings, self.encode, self.policy, self.spans)}
         if self.snapshot is not None:
-            players["snapshot"] = LLMPlayer(self.settings, self.encode, self.snapshot)
+            players["snapshot"] = LLMPlayer(self.settings, self.encode, self.snapshot, self.spans)
         return play_games([game for plan in plans for game in self._start_group(plan)], players, sampling_seed)
 
     def sample_actions(self, located: Sequence[tuple[TextGameEnv, str]], n: int, seed: int) -> SampledMoves:
@@ -296,6 +302,7 @@ def llm_turns(player: LLMPlayer, batch: Sequence[LiveGame], seed: int, observe: 
                 prompt_token_ids=tuple(prompt),
                 response_token_ids=tuple(generation.token_ids),
                 behaviour_logprobs=tuple(generation.logprobs),
+                section_spans=None if player.spans is None else player.spans(generation.token_ids, generation.text),
             )
         )
     return turns
