@@ -429,6 +429,14 @@ class AlgorithmConfig(_Section):
     turns learn from the game's return, and the outcome term is normalised over the group's turns). In a game of
     many moves, where most games hold one invalid move, `game` leaves most groups without spread and cannot tell
     the invalid turn from the valid ones."""
+    credit: Literal["response", "segment"] = "response"
+    """Which tokens each part of the advantage lands on: `response`, every token of a response gets the turn's
+    advantage; `segment`, each scored section gets its own process term (its comparison score normalised over
+    the group, scaled by lam and its `comparison.weights` entry): the belief line, `<predict>` and `<their_view>`,
+    while `<plan>` and `<action>` get the outcome term alone, so that a reasoning score never pays the move.
+    Other tokens (tags, `<think>`, the rest of `<past>`) get the outcome term, plus the term of a scored section
+    the response left out; a response whose sections the rollout could not locate keeps the response's advantage.
+    With `advantage_mode: outcome` both give the same advantages; with `process` only the scored sections learn."""
     zero_spread: Literal["keep", "drop", "resample"] = "keep"
     """Groups whose outcomes are all equal: keep them, drop them from the update (when their advantages are all
     zero), or `resample`: play freshly dealt groups in their place, keeping those with spread."""

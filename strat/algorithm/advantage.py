@@ -10,10 +10,17 @@ from typing import Literal
 import torch
 
 from strat.algorithm.estimators import advantage_estimator
-from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
+from strat.algorithm.records import Episode, ScoredEpisode, TrainSample, Turn, TurnScore
+from strat.algorithm.segments import BELIEF_SPAN
 
 Baseline = Literal["group", "ema"]
 PenaltyScope = Literal["game", "turn"]
+Credit = Literal["response", "segment"]
+
+SCORED_SECTIONS: dict[str, str] = {"predict": "predict", "belief": BELIEF_SPAN, "agreement": "their_view"}
+"""Credit by segment: each comparison component (a `TurnScore` field) and the span of the section it scores."""
+OUTCOME_SECTIONS: tuple[str, ...] = ("plan", "action")
+"""Credit by segment: the sections whose tokens get the outcome term alone."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,17 @@ class AdvantageConfig:
     (`Episode.outcome`), and the outcome term is normalised over the group's episodes; `turn`: it replaces the
     return of the turn that earned it alone, the seat's other turns keep the game's return
     (`Episode.turn_outcomes`), and the outcome term is normalised over the group's turns."""
+    credit: Credit = "response"
+    """`response`: every token of a turn's response gets the turn's advantage; `segment`: each scored section's
+    tokens get their own component's process term, `<plan>` and `<action>` the outcome term alone
+    (`segment_advantages`)."""
+    component_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    """The comparison's weights of the prediction, belief and agreement scores (`comparison.weights`): with credit by
+    segment, each section's process term is scaled by its component's weight."""
+
+    def __post_init__(self) -> None:
+        if self.credit not in ("response", "segment"):
+            raise ValueError(f"unknown credit {self.credit!r} (allowed: response, segment)")
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,11 @@ class AdvantageStats:
     """Pearson's correlation of the outcome and the process term over the comparable turns of every group (None
     with fewer than two, or no spread): near 1 the process term repeats the outcome, near 0 it adds a signal of its
     own, below 0 it pulls against it."""
+    segment_tokens_frac: float | None = None
+    """Credit by segment: the share of the response tokens of turns with known spans that lie in a scored section
+    (belief line, `<predict>`, `<their_view>`); None under response credit or with no such token."""
+    unspanned_turns: int = 0
+    """Credit by segment: turns whose section spans are unknown, which get the response's advantage on every token."""
 
 
 def zero_spread_group_ids(episodes: Sequence[Episode], penalty_scope: PenaltyScope = "game") -> list[str]:
@@ -150,6 +173,81 @@ def advantage_terms(
     return outcome, process
 
 
+def segment_advantages(
+    turns: Sequence[Turn],
+    turn_scores: Sequence[TurnScore | None],
+    outcome: torch.Tensor,
+    comparable: torch.Tensor,
+    mode: str,
+    lam: float,
+    eps: float,
+    weights: tuple[float, float, float] = (1.0, 1.0, 1.0),
+) -> list[list[float] | None]:
+    """Per-token advantages of one statistics group's ego turns under credit by segment (`algorithm.credit:
+    segment`); None for a turn whose section spans are unknown (it keeps the response's advantage).
+
+    Each component (prediction, belief, agreement) is normalised (`normalise`) over the group's comparable turns
+    that have it, 0 elsewhere, and scaled by its weight in `weights` (predict, belief, agreement): the process term of
+    its section. Each token gets the `mode` estimator of its turn's outcome term `outcome` [N] and its own process
+    term (hybrid: outcome + lam * term):
+    - the belief line, `<predict>` and `<their_view>`: their component's term (0 where the turn has no score of it);
+    - `<plan>` and `<action>`: 0, the outcome term alone, so a reasoning score never moves the move's tokens;
+    - every other token (tags, `<think>`, the rest of `<past>`, whitespace, text outside any tag): the sum of the
+      terms of the components the turn was scored on whose section the response lacks (a missing `<predict>` scores
+      0, and its term lands where the section should have been written), else 0: the outcome term alone.
+    A token that lies in two spans takes the later span's value (the belief line over the rest of `<past>`).
+    With `outcome` (or lam = 0) every token gets the outcome term, as under response credit; with `process` the
+    scored sections get their terms and every other token 0 (nothing learns from the outcome).
+    """
+    estimator = advantage_estimator(mode)
+    zero = torch.zeros_like(outcome)
+    flags = comparable.tolist()
+    terms: dict[str, torch.Tensor] = {}
+    scored: dict[str, list[bool]] = {}
+    for component, weight in zip(SCORED_SECTIONS, weights, strict=True):
+        values = [None if score is None else getattr(score, component) for score in turn_scores]
+        mask = [bool(flag) and value is not None for flag, value in zip(flags, values, strict=True)]
+        raw = torch.tensor([0.0 if value is None else float(value) for value in values], dtype=torch.float64)
+        term = torch.zeros_like(raw)
+        chosen = torch.tensor(mask, dtype=torch.bool)
+        term[chosen] = normalise(raw[chosen], eps)
+        terms[component], scored[component] = weight * term, mask
+    missing = zero.clone()
+    for row, turn in enumerate(turns):
+        held = {name for name, _, _ in turn.section_spans or ()}
+        for component, section in SCORED_SECTIONS.items():
+            if scored[component][row] and section not in held:
+                missing[row] += terms[component][row]
+    by_section = {section: estimator(outcome, terms[component], lam).tolist()
+                  for component, section in SCORED_SECTIONS.items()}
+    plain = estimator(outcome, zero, lam).tolist()
+    rest = estimator(outcome, missing, lam).tolist()
+    out: list[list[float] | None] = []
+    for row, turn in enumerate(turns):
+        if turn.section_spans is None:
+            out.append(None)
+            continue
+        values = [rest[row]] * len(turn.response_token_ids)
+        for name, start, end in turn.section_spans:
+            if name in OUTCOME_SECTIONS:
+                value = plain[row]
+            elif name in by_section:
+                value = by_section[name][row]
+            else:
+                continue
+            values[start:end] = [value] * len(values[start:end])
+        out.append(values)
+    return out
+
+
+def _scored_tokens(turn: Turn) -> int:
+    """How many of `turn`'s response tokens lie in a scored section's span."""
+    sections = set(SCORED_SECTIONS.values())
+    limit = len(turn.response_token_ids)
+    return len({index for name, start, end in turn.section_spans or () if name in sections
+                for index in range(start, min(end, limit))})
+
+
 def correlation(x: Sequence[float], y: Sequence[float]) -> float | None:
     """Pearson's correlation of paired values; None with fewer than two pairs or no spread in either."""
     if len(x) < 2:
@@ -219,6 +317,7 @@ def compute_advantages(
 
     samples: list[TrainSample] = []
     singleton = zero_spread = zero_process = zero_signal_groups = dropped = total_turns = comparable_turns = 0
+    spanned_tokens = scored_tokens = unspanned = 0
     outcome_terms: list[float] = []
     process_terms: list[float] = []
     for members in buckets.values():
@@ -254,6 +353,16 @@ def compute_advantages(
             member_baseline,
         )
         advantages = advantage_estimator(config.mode)(outcome, process, config.lam)
+        per_token: list[list[float] | None] = [None] * len(turns)
+        if config.credit == "segment":
+            per_token = segment_advantages([turn for _, _, turn in turns], turn_scores, outcome, comparable,
+                                           config.mode, config.lam, config.eps, config.component_weights)
+            for _, _, turn in turns:
+                if turn.section_spans is None:
+                    unspanned += 1
+                else:
+                    spanned_tokens += len(turn.response_token_ids)
+                    scored_tokens += _scored_tokens(turn)
         outcome_terms.extend(outcome[comparable].tolist())
         process_terms.extend(process[comparable].tolist())
         singleton += int(len(members) == 1)
@@ -261,7 +370,7 @@ def compute_advantages(
         zero_process += int(bool(comparable.any()) and bool(torch.all(scores[comparable] == scores[comparable][0])))
         total_turns += len(turns)
         comparable_turns += int(comparable.sum())
-        if bool(torch.all(advantages == 0)):
+        if bool(torch.all(advantages == 0)) and all(v == 0 for values in per_token for v in values or ()):
             zero_signal_groups += 1
             if config.drop_zero_signal:
                 dropped += 1
@@ -276,8 +385,9 @@ def compute_advantages(
                 response_token_ids=turn.response_token_ids,
                 behaviour_logprobs=turn.behaviour_logprobs,
                 advantage=float(advantage),
+                token_advantages=_token_advantages(values, float(advantage)),
             )
-            for (_, scored, turn), advantage in zip(turns, advantages, strict=True)
+            for (_, scored, turn), advantage, values in zip(turns, advantages, per_token, strict=True)
         )
     if ema is not None:
         for (game, role), mean in role_means.items():
@@ -292,5 +402,15 @@ def compute_advantages(
         turns=total_turns,
         comparable_turns=comparable_turns,
         process_outcome_corr=correlation(outcome_terms, process_terms),
+        segment_tokens_frac=scored_tokens / spanned_tokens if spanned_tokens else None,
+        unspanned_turns=unspanned,
     )
     return samples, stats
+
+
+def _token_advantages(values: list[float] | None, advantage: float) -> tuple[float, ...]:
+    """A sample's per-token advantages: empty where every token would have `advantage` anyway (response credit,
+    unknown spans, or a turn whose tokens all get the outcome term alone as the response does)."""
+    if values is None or all(value == advantage for value in values):
+        return ()
+    return tuple(values)

@@ -164,21 +164,27 @@ def parse_response(text: str, depth: int) -> ParsedResponse:
     `depth` appear once each, closed, in order, with nothing else outside them.
     """
     _check_depth(depth)
+    occurrences, clean = section_occurrences(text)
     found: dict[str, str] = {}
-    order: list[str] = []
+    for name, start, end in occurrences:
+        if name in found:
+            clean = False
+        else:
+            found[name] = text[start:end].strip()
+    order = tuple(name for name, _, _ in occurrences)
+    format_valid = clean and order == DEPTH_SECTIONS[depth]
+    return ParsedResponse(depth=depth, sections=Sections(**found), format_valid=format_valid)
+
+
+def section_occurrences(text: str) -> tuple[list[tuple[str, int, int]], bool]:
+    """Every section of `text` as `parse_response` reads it: (name, start, end) of its raw content's characters,
+    in order, repeats included; and whether the tags were clean (each section closed by its own tag, nothing
+    outside them). A section left open is closed by the next section tag or the end of the text."""
+    occurrences: list[tuple[str, int, int]] = []
     clean = True
     open_name: str | None = None
     open_end = 0
     outside_start = 0
-
-    def record(name: str, content: str) -> None:
-        nonlocal clean
-        order.append(name)
-        if name in found:
-            clean = False
-        else:
-            found[name] = content.strip()
-
     for match in _TAG.finditer(text):
         closing, name = bool(match.group(1)), _canonical(match.group(2))
         if open_name is None:
@@ -190,23 +196,22 @@ def parse_response(text: str, depth: int) -> ParsedResponse:
                 open_name, open_end = name, match.end()
             continue
         if closing and name == open_name:
-            record(open_name, text[open_end : match.start()])
+            occurrences.append((open_name, open_end, match.start()))
             open_name, outside_start = None, match.end()
             continue
         # A mismatched closing tag or a new opening tag ends the open section early.
         clean = False
-        record(open_name, text[open_end : match.start()])
+        occurrences.append((open_name, open_end, match.start()))
         if closing:
             open_name, outside_start = None, match.end()
         else:
             open_name, open_end = name, match.end()
     if open_name is not None:
         clean = False
-        record(open_name, text[open_end:])
+        occurrences.append((open_name, open_end, len(text)))
     elif text[outside_start:].strip():
         clean = False
-    format_valid = clean and tuple(order) == DEPTH_SECTIONS[depth]
-    return ParsedResponse(depth=depth, sections=Sections(**found), format_valid=format_valid)
+    return occurrences, clean
 
 
 def decide(

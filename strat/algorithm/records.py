@@ -65,6 +65,10 @@ class Turn:
     info_state: str = ""
     """The acting agent's information state (the game's `info_state_string`, a policy-table key); "" where it was
     not recorded (older ledgers)."""
+    section_spans: tuple[tuple[str, int, int], ...] | None = None
+    """Where each section of the response lies in `response_token_ids`: (name, first token, end token exclusive),
+    the names being the section tags and `belief` (`strat.algorithm.segments`); what credit by segment puts each
+    score on. None where unknown: a scripted turn, a rollout without the tokenizer, older ledgers."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +188,10 @@ class TrainSample:
     response_token_ids: tuple[int, ...]
     behaviour_logprobs: tuple[float, ...]
     advantage: float
+    """The response's advantage (response credit); every token shares it unless `token_advantages` is given."""
+    token_advantages: tuple[float, ...] = ()
+    """One advantage per response token (credit by segment, `advantage.compute_advantages`); empty: every token
+    has `advantage`."""
 
 
 @dataclass(frozen=True)
@@ -204,7 +212,8 @@ class TrainBatch:
     behaviour_logprobs: torch.Tensor
     """[B, R] float, 0 on padding."""
     advantages: torch.Tensor
-    """[B] float, one per turn; every token of the turn's response shares it."""
+    """[B] float, one per turn, every token of the turn's response sharing it; or [B, R] (0 on padding) when any
+    sample has per-token advantages (the others' tokens share theirs)."""
 
     @classmethod
     def collate(cls, samples: Sequence[TrainSample], pad_token_id: int) -> TrainBatch:
@@ -216,6 +225,11 @@ class TrainBatch:
                 raise ValueError(
                     f"sample {sample.episode_id}/{sample.turn_index}: {len(sample.behaviour_logprobs)} "
                     f"behaviour log-probs for {len(sample.response_token_ids)} response tokens"
+                )
+            if sample.token_advantages and len(sample.token_advantages) != len(sample.response_token_ids):
+                raise ValueError(
+                    f"sample {sample.episode_id}/{sample.turn_index}: {len(sample.token_advantages)} "
+                    f"token advantages for {len(sample.response_token_ids)} response tokens"
                 )
         # Imported here for start-up cost: every CLI verb reaches these records through strat.config, and only
         # a training batch needs torch.
@@ -239,6 +253,13 @@ class TrainBatch:
                 response_mask[row, :r] = True
                 behaviour[row, :r] = torch.tensor(sample.behaviour_logprobs, dtype=torch.float32)
         advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+        if any(s.token_advantages for s in samples):
+            per_token = torch.zeros((batch, response_len), dtype=torch.float32)
+            for row, sample in enumerate(samples):
+                r = len(sample.response_token_ids)
+                per_token[row, :r] = (torch.tensor(sample.token_advantages, dtype=torch.float32)
+                                      if sample.token_advantages else advantages[row])
+            advantages = per_token
         return cls(prompt_ids, prompt_mask, response_ids, response_mask, behaviour, advantages)
 
     @property

@@ -25,6 +25,8 @@ Generate = Callable[[list[list[int]], SamplingParams], list[Generation]]
 """A policy: token-id prompts and sampling params in, one generation per prompt out."""
 Encode = Callable[[list[dict[str, str]]], list[int]]
 """Chat messages to prompt token ids in the model's template."""
+Spans = Callable[[Sequence[int], str], tuple[tuple[str, int, int], ...]]
+"""A response's token ids and text to its section spans (`Turn.section_spans`), e.g. `TokenOffsets.spans`."""
 
 OBSERVATION_DEPTH = 2
 """The prompt depth whose user message is a turn's recorded observation (it names the private information)."""
@@ -66,6 +68,8 @@ class LLMPlayer:
     settings: RolloutSettings
     encode: Encode
     generate: Generate
+    spans: Spans | None = None
+    """Where each response's sections lie in its tokens (for credit by segment); None leaves them unknown."""
 
 
 @dataclass
@@ -162,20 +166,22 @@ class RolloutRunner:
         encode: Encode,
         policy: Generate,
         snapshot: Generate | None = None,
+        spans: Spans | None = None,
     ) -> None:
         self.settings = settings
         self.encode = encode
         self.policy = policy
         self.snapshot = snapshot
+        self.spans = spans
         self.last_targets: TargetReport | None = None
         """What the last rollout's target estimation cost (None when none was made)."""
 
     def run(self, plans: Sequence[GroupPlan], sampling_seed: int) -> list[Episode]:
         """Play `group_size` games per plan; every round batches all pending LLM decisions. With score targets
         asked for, they are estimated at the end, on the same weights (`strat.algorithm.targets`)."""
-        players = {"policy": LLMPlayer(self.settings, self.encode, self.policy)}
+        players = {"policy": LLMPlayer(self.settings, self.encode, self.policy, self.spans)}
         if self.snapshot is not None:
-            players["snapshot"] = LLMPlayer(self.settings, self.encode, self.snapshot)
+            players["snapshot"] = LLMPlayer(self.settings, self.encode, self.snapshot, self.spans)
         episodes = play_games([game for plan in plans for game in self._start_group(plan)], players, sampling_seed)
         if not self.settings.targets.wanted:
             return episodes
@@ -323,6 +329,7 @@ def llm_turns(player: LLMPlayer, batch: Sequence[LiveGame], seed: int, observe: 
                 response_token_ids=tuple(generation.token_ids),
                 behaviour_logprobs=tuple(generation.logprobs),
                 info_state=env.info_state_string(agent),
+                section_spans=None if player.spans is None else player.spans(generation.token_ids, generation.text),
             )
         )
     return turns

@@ -12,6 +12,7 @@ from strat.engines import Generation, SamplingParams
 from strat.engines.base import chat_prompt_ids
 from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability
 from strat.train.rollout import GroupPlan, RolloutRunner, RolloutSettings, VersusGames, evaluate_vs
+from strat.train.token_offsets import TokenOffsets
 
 
 @ray.remote
@@ -32,7 +33,8 @@ class RolloutWorker:
 
         self.settings = settings
         self._remote = remote
-        self.runner = RolloutRunner(settings, encode, remote(agent), remote(snapshot) if snapshot is not None else None)
+        self.runner = RolloutRunner(settings, encode, remote(agent), remote(snapshot) if snapshot is not None else None,
+                                    spans=TokenOffsets(tokenizer).spans)
 
     def ready(self) -> bool:
         return True

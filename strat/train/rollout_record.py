@@ -74,5 +74,7 @@ def _turn(data: dict[str, Any]) -> Turn:
         format_valid=bool(response["format_valid"]),
     )
     token_fields = ("prompt_token_ids", "response_token_ids", "behaviour_logprobs")
-    plain = {key: value for key, value in data.items() if key not in ("response", *token_fields)}
-    return Turn(**plain, response=parsed, **{key: tuple(data[key]) for key in token_fields})
+    plain = {key: value for key, value in data.items() if key not in ("response", "section_spans", *token_fields)}
+    spans = data.get("section_spans")  # absent from older rollouts
+    return Turn(**plain, response=parsed, **{key: tuple(data[key]) for key in token_fields},
+                section_spans=None if spans is None else tuple((str(n), int(a), int(b)) for n, a, b in spans))

@@ -155,8 +155,8 @@ def warm_start_settings(config: ExperimentConfig) -> WarmStartSettings:
 
 
 def advantage_config(config: ExperimentConfig) -> AdvantageConfig:
-    """How advantages are computed: the mode, lambda and baseline."""
-    algo = config.algorithm
+    """How advantages are computed: the mode, lambda, baseline and credit."""
+    algo, weights = config.algorithm, config.comparison.weights
     return AdvantageConfig(
         mode=algo.advantage_mode,
         lam=algo.lam,
@@ -164,4 +164,6 @@ def advantage_config(config: ExperimentConfig) -> AdvantageConfig:
         ema_decay=algo.ema_decay,
         drop_zero_signal=algo.zero_spread == "drop",
         penalty_scope=algo.penalty_scope,
+        credit=algo.credit,
+        component_weights=(weights.predict, weights.belief, weights.agreement),
     )

@@ -164,6 +164,12 @@ def advantage_metrics(stats: AdvantageStats) -> dict[str, float | None]:
         "groups/zero_signal_frac": stats.zero_signal_groups / stats.groups if stats.groups else 0.0,
         "groups/dropped": float(stats.dropped_groups),
         "adv/process_outcome_corr": stats.process_outcome_corr,
+        # Credit by segment only: how much of the responses the reasoning scores land on, and how many turns had
+        # no section spans (they keep the response's advantage).
+        **({} if stats.segment_tokens_frac is None and not stats.unspanned_turns else {
+            "adv/segment_tokens_frac": stats.segment_tokens_frac,
+            "adv/unspanned_turns_frac": stats.unspanned_turns / stats.turns if stats.turns else 0.0,
+        }),
     }
 
 
@@ -571,7 +577,9 @@ class Trainer:
         samples, stats = compute_advantages(scored, advantage_config(config),
                                             self.baseline if config.algorithm.baseline == "ema" else None)
         if step in self._inject_nonfinite:
-            samples = [dataclasses.replace(sample, advantage=float("nan")) for sample in samples]
+            samples = [dataclasses.replace(sample, advantage=float("nan"),
+                                           token_advantages=tuple(float("nan") for _ in sample.token_advantages))
+                       for sample in samples]
         return samples, stats
 
     def _publish(self, step: int, evaluate: bool, timer: PhaseTimer) -> None:

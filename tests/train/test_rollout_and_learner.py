@@ -240,3 +240,26 @@ def test_evaluation_counts_draws_in_zero_sum_games(game: str, zero_sum: bool) ->
         assert [r == 0.0 for r in played.returns] == played.draws and set(played.returns) <= {-1.0, 0.0}
     else:
         assert not any(played.draws) and [r > 0 for r in played.returns] == played.wins
+
+
+def test_update_follows_per_token_advantages(tiny_model_dir: Path) -> None:
+    """Credit by segment's samples: each token moves by its own advantage, beside a sample whose tokens share one;
+    over two minibatches, so that the second step's proximal log-probs are gathered for per-token rows too."""
+    learner = PolicyLearner(tiny_model_dir, LearnerSettings(lr=1e-3, micro_batch=1, minibatches=2))
+    tokenizer = learner.tokenizer
+    prompt = tuple(tokenizer.encode("You hold the Jack. Your opponent bet."))
+    response = tuple(tokenizer.encode("<predict>call</predict>\n<action>bet</action>"))
+    half = len(response) // 2
+    split = TrainSample("g", "e0", "player_0", 0, prompt, response, (0.0,) * len(response), 0.0,
+                        token_advantages=(1.0,) * half + (-1.0,) * (len(response) - half))
+    plain = TrainSample("g", "e1", "player_0", 0, prompt, response[:3], (0.0,) * 3, 1.0)
+    batch = TrainBatch.collate([split, plain], learner.pad_id)
+    assert batch.advantages.shape == (2, len(response))
+    with torch.no_grad():
+        before = sequence_logprobs(learner.model.eval(), batch, 1.0)
+    metrics = learner.update([split, plain])
+    with torch.no_grad():
+        after = sequence_logprobs(learner.model.eval(), batch, 1.0)
+    assert after[0, :half].sum() > before[0, :half].sum() and after[0, half:].sum() < before[0, half:].sum()
+    assert after[1, :3].sum() > before[1, :3].sum()
+    assert metrics["learn/skipped_minibatches"] == 0
