@@ -100,6 +100,10 @@ WEAK_PLAYERS: tuple[str, ...] = get_args(WarmStartPlayer)
 """Scripted players whose play a warm start may imitate; equilibrium and minimax would teach strategy, not format."""
 
 
+TINY_WARM_START_LR = 1e-2
+"""The warm start's learning rate where `warm_start.lr` is unset (not allowed for a Hub model)."""
+
+
 class WarmStartConfig(_Section):
     """A supervised warm start before RL that teaches the response format on a weak player's games."""
 
@@ -109,8 +113,10 @@ class WarmStartConfig(_Section):
     """Games of the scripted player whose transcripts the warm start trains on."""
     epochs: int = Field(3, ge=1)
     """Passes over those transcripts."""
-    lr: float = Field(1e-2, gt=0.0)
-    """AdamW learning rate of the warm start."""
+    lr: float | None = Field(None, gt=0.0)
+    """AdamW learning rate of the warm start. Unset: 1e-2 (`TINY_WARM_START_LR`), which suits the tiny random-weight
+    `tiny:` models and local model directories; a Hub model (pretrained) must set one (e.g. 1e-5): 1e-2 would wreck
+    its weights."""
     batch_size: int = Field(4, ge=1)
     """Transcripts per optimizer step."""
     player: WarmStartPlayer = "random"
@@ -744,6 +750,11 @@ def _cross_check(config: ExperimentConfig) -> None:
         raise ConfigError(
             f"warm_start.player={config.warm_start.player!r}: not available for {game}"
             f" (allowed: {', '.join(p for p in allowed if p in WEAK_PLAYERS)})"
+        )
+    if config.warm_start.enabled and config.warm_start.lr is None and hub.parse(config.model.path) is not None:
+        raise ConfigError(
+            f"warm_start.lr: model.path={config.model.path} is a pretrained Hub model; set its warm-start learning rate"
+            f" (e.g. warm_start.lr=1e-5): the default {TINY_WARM_START_LR:g} is for the tiny random-weight models"
         )
     _check_held_out(config, game, allowed)
     try:

@@ -20,7 +20,7 @@ import games
 from strat.algorithm.advantage import AdvantageConfig
 from strat.algorithm.losses import LossConfig
 from strat.algorithm.targets import TargetSettings
-from strat.config import ExperimentConfig
+from strat.config import TINY_WARM_START_LR, ExperimentConfig
 from strat.engines import EngineSettings
 from strat.model import hub
 from strat.model.build import LoraSettings
@@ -148,7 +148,8 @@ def base_model_path(config: ExperimentConfig) -> Path:
 def warm_start_settings(config: ExperimentConfig) -> WarmStartSettings:
     warm = config.warm_start
     return WarmStartSettings(
-        episodes=warm.episodes, epochs=warm.epochs, lr=warm.lr, batch_size=warm.batch_size,
+        episodes=warm.episodes, epochs=warm.epochs, lr=TINY_WARM_START_LR if warm.lr is None else warm.lr,
+        batch_size=warm.batch_size,
         max_seconds=warm.max_seconds, seed=warm.seed, depth=config.reasoning.depth, player=warm.player,
         game_options=tuple(sorted(config.game.options.items())),
     )

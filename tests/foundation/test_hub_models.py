@@ -21,7 +21,7 @@ from strat.config import load_config
 from strat.engines import SamplingParams, build_engine
 from strat.model import hub
 from strat.train import metrics
-from strat.train.settings import base_model_path, engine_settings
+from strat.train.settings import base_model_path, engine_settings, warm_start_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"
@@ -32,6 +32,8 @@ TRAIN = ["run.name=hub", "warm_start.enabled=false", "schedule.steps=2", "schedu
          "schedule.checkpoint_every=2", "algorithm.group_size=2", "algorithm.groups_per_step=2",
          "reasoning.max_new_tokens=16", "game.opponents=[{kind: self}]", "logging.tensorboard=false"]
 """A 2-step `strat train` (to `run.output_dir`/hub) on the model path and engine given."""
+NO_WARM_START = ["warm_start.enabled=false"]
+"""The Kuhn config warm-starts its tiny model; a Hub model must name its own warm-start lr, or go without."""
 
 
 def add_revision(cache: Path, repo_id: str, source: Path, commit: str) -> Path:
@@ -78,17 +80,28 @@ def test_main_and_a_pinned_revision_load_their_own_weights(hf_home: Path, tiny_m
     snapshots = hf_home / "hub" / "models--org--tiny" / "snapshots"
     assert hub.local_dir("org/tiny") == snapshots / SECOND
     assert hub.local_dir(f"org/tiny@{FIRST}") == snapshots / FIRST
-    default = load_config(DEFAULT, ["model.path=org/tiny"])
-    first = load_config(DEFAULT, [f"model.path=org/tiny@{FIRST}"])
+    default = load_config(DEFAULT, [*NO_WARM_START, "model.path=org/tiny"])
+    first = load_config(DEFAULT, [*NO_WARM_START, f"model.path=org/tiny@{FIRST}"])
     assert (default.model.path, first.model.path) == (f"org/tiny@{SECOND}", f"org/tiny@{FIRST}")
-    assert load_config(DEFAULT, ["model.path=org/tiny@main"]).model.path == f"org/tiny@{SECOND}"
+    assert load_config(DEFAULT, [*NO_WARM_START, "model.path=org/tiny@main"]).model.path == f"org/tiny@{SECOND}"
     greedy_first = _greedy(base_model_path(first))
     assert greedy_first == _greedy(tiny_model_dir)  # the first revision's weights are the seed-0 model's
     assert _greedy(base_model_path(default)) != greedy_first
 
 
+def test_a_warm_start_on_a_hub_model_needs_its_own_learning_rate(hf_home: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", str(DEFAULT), "model.path=org/tiny"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("strat: error: warm_start.lr:") and "warm_start.lr=1e-5" in err
+    assert load_config(DEFAULT, ["model.path=org/tiny", "warm_start.lr=1e-5"]).warm_start.lr == 1e-5
+    assert load_config(DEFAULT).warm_start.lr is None  # the tiny model keeps the default, 1e-2
+    assert warm_start_settings(load_config(DEFAULT)).lr == 1e-2
+
+
 def test_check_works_offline_from_the_cache(hf_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["check", str(DEFAULT), "model.path=org/tiny"]) == 0
+    assert cli.main(["check", str(DEFAULT), *NO_WARM_START, "model.path=org/tiny"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["model"]["path"] == f"org/tiny@{SECOND}"
 
 
@@ -103,11 +116,11 @@ def test_a_name_the_cache_lacks_is_refused_in_one_line(hf_home: Path, capsys: py
 
 
 def test_a_submitted_job_gets_the_revision_pinned(hf_home: Path) -> None:
-    config, notes = jobs.validate(DEFAULT, ["model.path=org/tiny"])
+    config, notes = jobs.validate(DEFAULT, [*NO_WARM_START, "model.path=org/tiny"])
     assert notes == ()
     assert jobs.pinned_overrides(config, ["model.path=org/tiny"])[-1] == f"model.path=org/tiny@{SECOND}"
     assert "HF_HUB_OFFLINE" not in jobs.runtime_env("none", None, None, {})["env_vars"]
-    config, notes = jobs.validate(DEFAULT, ["model.path=org/elsewhere"])  # resolved on the cluster instead
+    config, notes = jobs.validate(DEFAULT, [*NO_WARM_START, "model.path=org/elsewhere"])  # resolved on the cluster
     assert "org/elsewhere" in notes[0] and jobs.pinned_overrides(config, []) == []
 
 
@@ -138,7 +151,7 @@ def test_train_eval_and_play_load_it(hf_home: Path, tmp_path: Path) -> None:
     set_ref(hf_home / "hub", "org/tiny", "main", FIRST)
     try:
         assert load_config(run_dir / "config.yaml").model.path == f"org/tiny@{SECOND}"
-        assert load_config(DEFAULT, ["model.path=org/tiny"]).model.path == f"org/tiny@{FIRST}"
+        assert load_config(DEFAULT, [*NO_WARM_START, "model.path=org/tiny"]).model.path == f"org/tiny@{FIRST}"
     finally:
         set_ref(hf_home / "hub", "org/tiny", "main", SECOND)
 
