@@ -35,6 +35,11 @@ class RunConfig(_Section):
     """Root of every random stream (deals, sampling, opponents, minibatch order)."""
     output_dir: str = "runs"
     """Parent folder of run directories."""
+    deterministic_rollouts: bool = True
+    """Every sampled response has its own seed, derived from the run seed, step and game (per-request seeds): a run
+    is reproducible and a resumed run replays exactly what an uninterrupted one would. `false` samples without them
+    (vLLM's batched sampler on a GPU skips its per-request generators); runs are then not reproducible, and the
+    speed-up is unmeasured here (no GPU)."""
 
 
 _TINY = TinyModelSettings()  # the defaults of `model.tiny`: one place for the sizes

@@ -56,6 +56,8 @@ class RolloutSettings:
     top_p: float = 1.0
     opponents: tuple[OpponentConfig, ...] = (OpponentConfig(kind="self"),)
     """`game.opponents`: the config's own records, weighted."""
+    seeded: bool = True
+    """Per-request seeds for the games' responses (`run.deterministic_rollouts`); False samples without them."""
     targets: TargetSettings = field(default_factory=TargetSettings)
     """Which score targets a rollout estimates on the weights that played it (`comparison.*_target`)."""
 
@@ -293,9 +295,8 @@ def llm_turns(player: LLMPlayer, batch: Sequence[LiveGame], seed: int, observe: 
     settings = player.settings
     located = [(game.env, game.env.agent_selection) for game in batch]
     prompts = [player.encode(build_messages(env, agent, settings.depth)) for env, agent in located]
-    params = SamplingParams(
-        max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p, seed=seed
-    )
+    params = SamplingParams(max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
+                            seed=seed if settings.seeded else None)
     generations = player.generate(prompts, params)
     turns = []
     for game, (env, agent), prompt, generation in zip(batch, located, prompts, generations, strict=True):

@@ -45,6 +45,7 @@ def rollout_settings(config: ExperimentConfig) -> RolloutSettings:
         temperature=config.reasoning.temperature,
         top_p=config.reasoning.top_p,
         opponents=tuple(config.game.opponents),
+        seeded=config.run.deterministic_rollouts,
         targets=target_settings(config),
     )
 

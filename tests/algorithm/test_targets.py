@@ -192,3 +192,23 @@ def test_targets_and_seats_survive_a_checkpointed_rollout() -> None:
     rollout = Rollout(3, episodes, 1.0, ())
     back = rollout_from_json(json.loads(json.dumps(rollout_to_json(rollout))))
     assert back.episodes == episodes
+
+
+@pytest.mark.parametrize("seeded", [True, False])
+def test_rollouts_sample_with_per_request_seeds_unless_told_not_to(seeded: bool) -> None:
+    """`run.deterministic_rollouts: false` sends the games' generations without a seed."""
+    from strat.config import load_config
+    from strat.train.settings import rollout_settings
+
+    config = load_config(None, [f"run.deterministic_rollouts={str(seeded).lower()}"])
+    assert rollout_settings(config).seeded is seeded
+    fake = FakeLLM("kuhn_poker", _bettor, depth=1)
+    seeds: list[int | None] = []
+
+    def generate(prompts, params):
+        seeds.append(params.seed)
+        return fake.generate(prompts, dataclasses.replace(params, seed=params.seed or 0))
+
+    settings = RolloutSettings(game="kuhn_poker", depth=1, group_size=2, seeded=seeded)
+    RolloutRunner(settings, fake.encode, generate).run([GroupPlan("g", 0, OpponentConfig(kind="self"), 0)], 3)
+    assert seeds and all((seed is not None) == seeded for seed in seeds)
