@@ -17,6 +17,7 @@ from strat.algorithm.comparison import ComparisonWeights
 from strat.algorithm.records import Episode
 from strat.cluster.placement import cluster_from_ray, needs_placement, reserve
 from strat.cluster.placement import plan as plan_placement
+from strat.cluster.storage import check_shared_storage
 from strat.config import ExperimentConfig
 from strat.errors import ConfigError, PlacementError, RunAborted
 from strat.model import checkpoint
@@ -110,6 +111,8 @@ class Fleet:
         if needs_placement(config):
             # One placement group per role; a plan that cannot fit is refused here, before any actor.
             self.placement = reserve(plan_placement(config, cluster_from_ray(ray.nodes())), res.actor_start_timeout_s)
+        # On more than one node, before any engine starts: every hosting node sees the run's paths.
+        check_shared_storage(config, self.run_dir, self.model_path, self.placement)
         # An agent's engine holds all of its tensor-parallel GPUs.
         self._agent_cls = (AgentActor, env(res.cpus_per_agent, res.gpus_per_agent * config.engine.tensor_parallel_size))
         self._worker_cls = (RolloutWorker, env(res.cpus_per_worker, 0))

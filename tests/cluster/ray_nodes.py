@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,8 +89,10 @@ def _temp_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="strat-ray-"))
 
 
-def _launch(args: list[str], env: dict[str, str], log: Path, temp_dir: Path) -> subprocess.Popen:
-    command = [RAY, "start", "--block", "--disable-usage-stats", f"--temp-dir={temp_dir}",
+def _launch(args: list[str], env: dict[str, str], log: Path, temp_dir: Path,
+            wrap: Sequence[str] = ()) -> subprocess.Popen:
+    """`ray start --block`, run through `wrap` (a command that execs the rest of its arguments) when given."""
+    command = [*wrap, RAY, "start", "--block", "--disable-usage-stats", f"--temp-dir={temp_dir}",
                "--dashboard-agent-listen-port=0", *args]
     with log.open("w") as out:
         return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -175,13 +177,13 @@ def start_head(log_dir: Path, env: dict[str, str], num_cpus: int, num_gpus: int 
 
 
 def start_worker(head: RayHead, log: Path, env: dict[str, str], num_cpus: int, num_gpus: int,
-                 resources: dict[str, float]) -> NodeProcess:
-    """A node joining `head` with these resources; returns once `ray start` reports it running (the caller waits for
-    the GCS to list it)."""
+                 resources: dict[str, float], wrap: Sequence[str] = ()) -> NodeProcess:
+    """A node joining `head` with these resources, started through `wrap` (`_launch`); returns once `ray start`
+    reports it running (the caller waits for the GCS to list it)."""
     temp_dir = _temp_dir()
     args = [f"--address={head.gcs_address}", "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}",
             f"--num-gpus={num_gpus}", f"--resources={json.dumps(resources)}"]
-    node = NodeProcess(_launch(args, env, log, temp_dir), temp_dir, log)
+    node = NodeProcess(_launch(args, env, log, temp_dir, wrap), temp_dir, log)
     try:
         _wait_for(lambda: "Ray runtime started" in node.text(), node, "the Ray node")
     except RayStartFailed:

@@ -11,7 +11,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,11 +55,12 @@ class Cluster:
     def headers(self) -> dict[str, str]:
         return {**_token_header(self.env), "Content-Type": "application/json"}
 
-    def add_gpu_node(self) -> str:
-        """Start a node with one GPU and no CPU; returns its name once the GCS lists it alive."""
+    def add_gpu_node(self, wrap: Sequence[str] = ()) -> str:
+        """Start a node with one GPU and no CPU (through `wrap`, see `start_worker`); returns its name once the GCS
+        lists it alive."""
         name = f"{GPU_NODE}{len(self.started) + 1}"
         self.gpu_nodes[name] = start_worker(self.head, self.log_dir / f"{name}.log", self.env, num_cpus=0, num_gpus=1,
-                                            resources={name: 1})
+                                            resources={name: 1}, wrap=wrap)
         self.started.append(self.gpu_nodes[name])
         _until(lambda: name in self.node_names().values(), f"node {name} listed alive")
         return name
