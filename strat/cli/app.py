@@ -9,6 +9,8 @@ from typing import Annotated
 import click
 import typer
 
+from typer.exceptions import TyperException
+
 from strat.config import ExperimentConfig, load_config
 from strat.errors import ConfigError, JobError, RunAborted, UserError
 from strat.process_env import apply_defaults
@@ -30,6 +32,14 @@ OverridesArg = Annotated[
 def load(config: Path, overrides: list[str] | None) -> ExperimentConfig:
     """The config file with the command line's overrides applied, validated."""
     return load_config(config, overrides or [])
+
+
+def usage_line(err: Exception) -> str:
+    """A usage error (an unknown option, an extra argument) in one line, with where the verb's help is."""
+    message = err.format_message() if hasattr(err, "format_message") else str(err)
+    ctx = getattr(err, "ctx", None)
+    where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    return " ".join(message.split()) + where
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (typer.Exit, SystemExit) as done:
         return int(getattr(done, "exit_code", getattr(done, "code", 0)) or 0)
-    except click.ClickException as err:  # usage errors
-        err.show()
-        return err.exit_code
+    except (click.ClickException, TyperException) as err:  # usage errors; typer carries its own copy of click's
+        typer.echo(f"strat: error: {usage_line(err)}", err=True)
+        return int(getattr(err, "exit_code", 2))
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
