@@ -8,7 +8,6 @@ from typing import Annotated
 
 import click
 import typer
-
 from typer.exceptions import TyperException
 
 from strat.config import ExperimentConfig, load_config

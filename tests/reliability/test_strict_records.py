@@ -93,6 +93,6 @@ def test_results_summary_of_a_run_with_a_damaged_metrics_line_exits_2(tmp_path: 
     code = cli.main(["results", "summarize", str(run_dir), "--out", str(tmp_path / "summary.json")])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert err.strip().splitlines() == [f"strat: error: {run_dir / 'metrics.jsonl'}, line 2: unreadable record (not"
-                                        " JSON: Expecting value at column 1); only a torn last line is skipped: repair"
-                                        " or remove line 2"]
+    expected = (f"strat: error: {run_dir / 'metrics.jsonl'}, line 2: unreadable record (not JSON: Expecting value at"
+                " column 1); only a torn last line is skipped: repair or remove line 2")
+    assert err.strip().splitlines() == [expected]
