@@ -8,6 +8,7 @@ from typing import Annotated
 
 import click
 import typer
+from typer.exceptions import TyperException
 
 from strat.config import ExperimentConfig, load_config
 from strat.errors import ConfigError, JobError, RunAborted, UserError
@@ -32,6 +33,14 @@ def load(config: Path, overrides: list[str] | None) -> ExperimentConfig:
     return load_config(config, overrides or [])
 
 
+def usage_line(err: Exception) -> str:
+    """A usage error (an unknown option, an extra argument) in one line, with where the verb's help is."""
+    message = err.format_message() if hasattr(err, "format_message") else str(err)
+    ctx = getattr(err, "ctx", None)
+    where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    return " ".join(message.split()) + where
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `strat` console script (and of `python -m strat.cli`); user errors exit 2 with one line on
     stderr. The process's environment defaults (`strat.process_env`) come first: nothing `strat.cli` imports loads
@@ -54,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (typer.Exit, SystemExit) as done:
         return int(getattr(done, "exit_code", getattr(done, "code", 0)) or 0)
-    except click.ClickException as err:  # usage errors
-        err.show()
-        return err.exit_code
+    except (click.ClickException, TyperException) as err:  # usage errors; typer carries its own copy of click's
+        typer.echo(f"strat: error: {usage_line(err)}", err=True)
+        return int(getattr(err, "exit_code", 2))
     return result if isinstance(result, int) and not isinstance(result, bool) else 0

@@ -21,3 +21,5 @@ def export_command(
     merged = " (LoRA merged)" if exported.lora_merged else ""
     typer.echo(f"step {exported.checkpoint.step} of {run_dir} exported to {exported.out}{merged}; model card: "
                f"{exported.out / 'README.md'}")
+    if exported.skipped_note:
+        typer.echo(f"model card: {exported.skipped_note}", err=True)

@@ -86,7 +86,14 @@ def train(
     config: Annotated[Path | None, typer.Argument(help="Experiment YAML file (omit with --resume).")] = None,
     overrides: OverridesArg = None,
     address: Annotated[str | None, typer.Option(help="Join a running Ray cluster (default: start a local one).")] = None,
-    resume: Annotated[Path | None, typer.Option(help="Continue a run directory from its last complete checkpoint.")] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(help="Continue a run directory from its newest checkpoint that verifies against its manifest "
+                     "(newer damaged ones are named and moved aside)."),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option(help="With --resume: refuse a damaged newest checkpoint instead of falling back.")
+    ] = False,
 ) -> None:
     """Run Strat-Reasoner training: rollout, comparison, advantage, update, weight sync, eval, checkpoints."""
     # Deferred for start-up cost (Ray, torch, transformers; see the module docstring).
@@ -101,6 +108,8 @@ def train(
         config = None
     if config is None and resume is None:
         raise UserError("train needs a CONFIG file or --resume RUN_DIR")
+    if strict and resume is None:
+        raise UserError("--strict applies to --resume RUN_DIR only")
     started = time.time()
     with TrainProgress() as progress:
         progress.show_logs()
@@ -111,6 +120,7 @@ def train(
             resume=str(resume) if resume is not None else None,
             on_start=progress.start,
             on_step=progress.update,
+            strict=strict,
         )
     progress.summary(run_dir, records)
     argv = ["train", str(config)] if config is not None else ["train", "--resume", str(resume)]

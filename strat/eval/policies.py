@@ -209,6 +209,10 @@ def load_policy(
     hub_name = hub.parse(spec)
     path = hub.local_dir(spec, "--policy") if hub_name is not None else Path(spec).expanduser()
     if not path.is_dir():
+        if path.exists() or "/" in spec or spec.startswith((".", "~")):
+            what = "that path is a file, not a" if path.exists() else "no run or model directory exists at that path"
+            raise ConfigError(f"--policy={spec!r}: {what}{' run or model directory' if path.exists() else ''} (a run"
+                              " directory holds config.yaml and checkpoints/, a model directory config.json)")
         if game is None:
             raise ConfigError(
                 f"--policy={spec!r}: a scripted policy needs --game (allowed: {', '.join(games.names())})"
@@ -237,11 +241,13 @@ def load_policy(
 
 
 def resolve_checkpoint(path: Path) -> tuple[Path, int | None, Path | None]:
-    """(model directory, step, run directory) for a run directory, a checkpoint or a bare model directory."""
+    """(model directory, step, run directory) for a run directory, a checkpoint or a bare model directory. A checkpoint
+    is verified against its manifest first: a damaged one is refused in one line."""
     if (path / "checkpoints").is_dir() or ((path / "config.yaml").is_file() and not (path / "config.json").is_file()):
         latest = checkpoints.latest(path)
         if latest is None:
             raise ConfigError(f"--policy={str(path)!r}: the run directory has no complete checkpoint yet")
+        checkpoints.require_verified(latest)
         return latest.path, latest.step, path
     if not (path / "config.json").is_file():
         raise ConfigError(
@@ -255,6 +261,7 @@ def resolve_checkpoint(path: Path) -> tuple[Path, int | None, Path | None]:
                 f"--policy={str(path)!r}: the checkpoint is incomplete (no {checkpoints.COMPLETE} marker)"
             )
         step = int(path.name[len("step_") :])
+        checkpoints.require_verified(checkpoints.Checkpoint(path, step))
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
     return path, step, run_dir
 

@@ -17,8 +17,7 @@ from strat.eval.exploitability import VALIDITY_FLOOR, ExploitabilityEstimate
 from strat.eval.policies import PolicyInfo
 from strat.eval.stats import CotResult, Estimate, HeadToHead, MatchResult
 from strat.eval.viewer import write_html
-from strat.train.metrics import jsonable
-from strat.train.metrics import read as read_metrics
+from strat.train.metrics import jsonable, read_for_report
 
 SCHEMA_VERSION = 1
 
@@ -73,7 +72,10 @@ def write_report(
     if (wants_curves or report.head_to_head is not None) and not plots_available():
         notes.append("plots skipped: matplotlib is not installed in this environment")
     elif wants_curves:
-        written.append(plot_learning_curves(read_metrics(run_dir), out_dir / LEARNING_CURVES, title=run_dir.name))
+        metrics = read_for_report(run_dir)  # a report goes on past unreadable lines, and says how many it skipped
+        if metrics.skipped:
+            notes.append(f"learning curves: {metrics.skipped_note()}")
+        written.append(plot_learning_curves(metrics.records, out_dir / LEARNING_CURVES, title=run_dir.name))
     if report.head_to_head is not None and plots_available():
         written.append(plot_payoff_matrix(report.head_to_head, out_dir / PAYOFF_MATRIX))
     if transcripts:

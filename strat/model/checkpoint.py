@@ -6,7 +6,9 @@ through `torch.load(weights_only=True)`, loop and RNG state are JSON.
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import random
 import shutil
@@ -18,10 +20,15 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from strat.errors import ConfigError
+from strat.errors import ConfigError, UserError
+from strat.model import manifest
+from strat.train.faults import injected_steps
 
-COMPLETE = "COMPLETE"
-"""Marker written last; a directory without it is an interrupted write and is ignored."""
+log = logging.getLogger("strat.checkpoint")
+
+COMPLETE = manifest.MARKER
+"""Marker written last, holding the manifest (`strat.model.manifest`); a directory without it is an interrupted
+write and is ignored."""
 
 FORMAT = 2
 """The checkpoint format this code writes (`format` in loop_state.json). 1: no `format` key and no next rollout;
@@ -84,6 +91,8 @@ def save(
     try:
         staging.mkdir(parents=True)
         model.save_pretrained(staging, safe_serialization=True)
+        if step in injected_steps("enospc"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(staging / "optimizer.pt"))
         tokenizer.save_pretrained(staging)
         if optimizer is not None:
             torch.save(optimizer.state_dict(), staging / "optimizer.pt")
@@ -96,7 +105,7 @@ def save(
             (staging / f"{NEXT_ROLLOUT}.json").write_text(json.dumps(state.pop(NEXT_ROLLOUT)))
         (staging / "loop_state.json").write_text(json.dumps(state, indent=2))
         _fsync_tree(staging)
-        (staging / COMPLETE).write_text(str(step))
+        manifest.write(staging, step)
         _fsync_tree(staging)
     except BaseException:
         # A failed write (a full disk) leaves nothing behind; the previous checkpoints are untouched.
@@ -142,6 +151,82 @@ def latest(run_dir: Path) -> Checkpoint | None:
     """The newest complete checkpoint, or None."""
     found = complete_checkpoints(run_dir)
     return found[-1] if found else None
+
+
+def verify(checkpoint: Checkpoint) -> manifest.Verdict:
+    """`checkpoint`'s files against its manifest (`strat.model.manifest.verify`)."""
+    return manifest.verify(checkpoint.path, checkpoint.step)
+
+
+def unverifiable_note(checkpoint: Checkpoint) -> str:
+    return (f"checkpoint step_{checkpoint.step} ({checkpoint.path}) was written before checkpoints carried a manifest:"
+            " it cannot be verified, and is loaded as it is")
+
+
+def require_verified(checkpoint: Checkpoint) -> None:
+    """Refuse a damaged checkpoint in one line (step, file, what was wrong); note one that cannot be verified."""
+    verdict = verify(checkpoint)
+    if verdict.damage is not None:
+        raise UserError(verdict.damage.line())
+    if verdict.status == "unverifiable":
+        log.warning(unverifiable_note(checkpoint))
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The checkpoint a resumed run starts from: the newest that verifies (or cannot be verified, being older than
+    manifests), and the newer ones that failed verification."""
+
+    checkpoint: Checkpoint
+    verified: bool
+    damaged: tuple[manifest.Damage, ...] = ()
+
+    def fallback_line(self, moved: list[Path]) -> str:
+        """The one line a resume that fell back logs, with where the damaged checkpoints were `moved` (`set_aside`)."""
+        newest = max(d.step for d in self.damaged)
+        replayed = (f"step {newest}" if newest == self.checkpoint.step + 1
+                    else f"steps {self.checkpoint.step + 1}-{newest}")
+        why = "; ".join(d.line() for d in sorted(self.damaged, key=lambda d: -d.step))
+        return (f"resuming from step_{self.checkpoint.step}, the newest checkpoint that verifies: {why}; {replayed}"
+                f" will be trained again (moved aside: {', '.join(path.name for path in moved)})")
+
+
+DAMAGED_SUFFIX = ".damaged"
+"""What a checkpoint folder that failed verification is renamed with when a resume falls back past it."""
+
+
+def resume_point(run_dir: Path, strict: bool = False) -> ResumePoint:
+    """The newest complete checkpoint of `run_dir` that verifies, newest first; one written before manifests is
+    taken as it is. `strict` refuses the first damaged one instead of falling back past it. Refused in one line: no
+    complete checkpoint, or none that verifies."""
+    found = complete_checkpoints(run_dir)
+    if not found:
+        raise ConfigError(f"no complete checkpoint in {run_dir} to resume from")
+    damaged: list[manifest.Damage] = []
+    for candidate in reversed(found):
+        verdict = verify(candidate)
+        if verdict.damage is None:
+            return ResumePoint(candidate, verdict.status == "verified", tuple(damaged))
+        if strict:
+            raise UserError(f"{verdict.damage.line()}; --strict refuses to fall back to an older checkpoint (without"
+                            " it the run resumes from the newest one that verifies)")
+        damaged.append(verdict.damage)
+    raise UserError(f"no checkpoint of {run_dir} verifies: " + "; ".join(d.line() for d in damaged))
+
+
+def set_aside(damaged: tuple[manifest.Damage, ...]) -> list[Path]:
+    """Rename damaged checkpoint folders to `step_N.damaged` (`step_N.damaged-2`, ... when taken), out of the
+    complete checkpoints' way; returns the new paths."""
+    moved = []
+    for damage in damaged:
+        target = damage.folder.with_name(damage.folder.name + DAMAGED_SUFFIX)
+        count = 1
+        while target.exists():
+            count += 1
+            target = damage.folder.with_name(f"{damage.folder.name}{DAMAGED_SUFFIX}-{count}")
+        damage.folder.rename(target)
+        moved.append(target)
+    return moved
 
 
 def load_optimizer(checkpoint: Checkpoint, optimizer: torch.optim.Optimizer) -> None:

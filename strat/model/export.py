@@ -32,10 +32,13 @@ class Exported:
     out: Path
     checkpoint: checkpoint.Checkpoint
     lora_merged: bool
+    skipped_note: str = ""
+    """Which unreadable lines of metrics.jsonl the model card's tables left out (empty: none)."""
 
 
 def select_checkpoint(run_dir: Path, step: int | None) -> checkpoint.Checkpoint:
-    """The complete checkpoint of `step` (default: the latest complete one); anything else is refused in one line."""
+    """The complete checkpoint of `step` (default: the latest complete one), verified against its manifest; anything
+    else, a damaged checkpoint included, is refused in one line."""
     if not run_dir.is_dir():
         raise UserError(f"no run directory at {run_dir}")
     if not (run_dir / "config.yaml").is_file():
@@ -54,6 +57,7 @@ def select_checkpoint(run_dir: Path, step: int | None) -> checkpoint.Checkpoint:
                 raise UserError(f"checkpoint step_{step} in {run_dir} is incomplete (no {checkpoint.COMPLETE} marker:"
                                 f" its write was interrupted); complete checkpoints: {listed}")
             raise UserError(f"--step {step}: no checkpoint of that step in {run_dir} (complete checkpoints: {listed})")
+    checkpoint.require_verified(chosen)
     if not (chosen.path / "config.json").is_file() or not any(chosen.path.glob("*.safetensors")):
         raise UserError(f"checkpoint {chosen.path} is incomplete: it has no config.json or *.safetensors weights")
     return chosen
@@ -94,7 +98,8 @@ def export_run(run_dir: Path, out: Path, step: int | None = None) -> Exported:
         from strat.train import metrics  # deferred with the rest: TensorBoard's writer comes along
         from strat.train.resume import read_overrides
 
-        text = card.render(config, base, ckpt.step, metrics.read(run_dir), sample, read_overrides(run_dir))
+        records = metrics.read_for_report(run_dir)  # the card goes on past unreadable lines, and says how many
+        text = card.render(config, base, ckpt.step, records.records, sample, read_overrides(run_dir))
         (staging / "README.md").write_text(text)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -102,7 +107,7 @@ def export_run(run_dir: Path, out: Path, step: int | None = None) -> Exported:
     if out.exists():
         out.rmdir()
     staging.rename(out)
-    return Exported(out, ckpt, config.learner.lora.enabled)
+    return Exported(out, ckpt, config.learner.lora.enabled, records.skipped_note())
 
 
 def _write_weights(source: Path, target: Path, trust_remote_code: bool) -> None:

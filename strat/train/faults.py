@@ -1,10 +1,14 @@
-"""Fault injection for the reliability tests, read by the driver from one environment variable.
+"""Fault injection for the reliability tests, read from one environment variable.
 
     STRAT_INJECT_FAULTS="nonfinite:2,3"   # steps whose update gets a non-finite advantage
+    STRAT_INJECT_FAULTS="enospc:4"        # steps whose checkpoint write fails with ENOSPC (a full disk)
+    STRAT_INJECT_FAULTS="nonfinite:2;enospc:4"
 
-The driver poisons the samples it sends to the learner on those steps, so that the learner's real
-non-finite path (NaN loss and gradient -> the update is skipped) runs inside the real actor. Unset
-(the normal case), nothing changes."""
+For `nonfinite` the driver poisons the samples it sends to the learner on those steps, so that the learner's real
+non-finite path (NaN loss and gradient -> the update is skipped) runs inside the real actor. For `enospc` the
+process that writes the checkpoint (the learner actor, which gets the variable from the driver: `ray_node.
+ACTOR_ENV_KEYS`) raises `OSError(ENOSPC)` once the weights are in the staging folder, so that the real clean-up
+and the run's stop are what runs. Unset (the normal case), nothing changes."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.tensorboard import SummaryWriter
 
+from strat.jsonl import JsonLines, read_lines
 from strat.sync.fingerprint import WeightsTag
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ class MetricsLog:
                  tracker: WandbTracker | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
         if resume_step is not None and self.path.exists():
-            _truncate_after(self.path, resume_step)
+            truncate_after(self.path, resume_step)
         self._writer = None
         if tensorboard:
             self._writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
@@ -79,22 +80,19 @@ class PhaseTimer:
 
 
 def read(run_dir: Path) -> list[dict[str, Any]]:
-    """Every record of a run's metrics.jsonl (none when it has none); a torn last line (a run still writing, or
-    killed mid-write) is skipped."""
-    path = run_dir / "metrics.jsonl"
-    records = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records
+    """Every record of a run's metrics.jsonl (none when it has none), read strictly (`strat.jsonl`): a torn last line
+    (a run still writing, or killed mid-write) is skipped with a warning, any other unreadable line is an error."""
+    return read_lines(run_dir / "metrics.jsonl").records
 
 
-def _step_of(line: str) -> int:
+def read_for_report(run_dir: Path) -> JsonLines:
+    """metrics.jsonl for a report that must go on: unreadable lines skipped and counted (`JsonLines.skipped_note`)."""
+    return read_lines(run_dir / "metrics.jsonl", lenient=True)
+
+
+def _step_of(record: dict[str, Any]) -> int:
     try:
-        return int(json.loads(line)["step"])
+        return int(record["step"])
     except (ValueError, KeyError, TypeError):
         return 1 << 62
 
@@ -125,7 +123,7 @@ class EpisodeLedger:
     def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
         self.path = run_dir / "episodes.jsonl"
         if resume_step is not None and self.path.exists():
-            _truncate_after(self.path, resume_step)
+            truncate_after(self.path, resume_step)
 
     def write(self, step: int, episodes: list[Any], weights: Sequence[WeightsTag]) -> None:
         line = {"step": step, "weights": [[tag.version, tag.fingerprint] for tag in weights],
@@ -135,12 +133,16 @@ class EpisodeLedger:
 
 
 def read_ledger(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "episodes.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    """Every line of a run's episodes.jsonl, read strictly as `read` reads the metrics."""
+    return read_lines(run_dir / "episodes.jsonl").records
 
 
-def _truncate_after(path: Path, step: int) -> None:
-    kept = [line for line in path.read_text().splitlines() if _step_of(line) <= step]
+def truncate_after(path: Path, step: int) -> None:
+    """Drop the records of `path` after `step` (a resume replays them), and a torn last line; an unreadable line
+    before it is an error (`strat.jsonl`). Nothing to do when there is no such file."""
+    if not path.exists():
+        return
+    kept = [line.text for line in read_lines(path).lines if _step_of(line.record) <= step]
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text("".join(line + "\n" for line in kept))
     tmp.replace(path)

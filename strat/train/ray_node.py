@@ -10,9 +10,9 @@ import ray
 
 from strat.process_env import chosen_by_user, with_defaults
 
-ACTOR_ENV_KEYS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "STRAT_CACHE_DIR")
-"""The driver's environment variables every actor gets, where the driver has them (offline hub, the model cache),
-besides the process defaults (`strat.process_env.DEFAULTS`: threads, logs)."""
+ACTOR_ENV_KEYS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "STRAT_CACHE_DIR", "STRAT_INJECT_FAULTS")
+"""The driver's environment variables every actor gets, where the driver has them (offline hub, the model cache,
+the reliability tests' fault injection, which the learner reads when it writes a checkpoint), besides the process defaults (`strat.process_env.DEFAULTS`: threads, logs)."""
 
 
 def actor_env_vars() -> dict[str, str]:

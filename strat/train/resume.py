@@ -17,6 +17,7 @@ import yaml
 
 from strat.config import ExperimentConfig, load_config, parse_override, save_resolved
 from strat.errors import ConfigError
+from strat.jsonl import RecordError, read_lines
 from strat.model import checkpoint
 
 log = logging.getLogger("strat.train")
@@ -106,30 +107,32 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig
     return config, changes
 
 
-def resume_with_overrides(run_dir: Path, overrides: list[str]) -> ExperimentConfig:
-    """`resume_config`, and when something changes and there is a checkpoint to resume from: `config.yaml` rewritten
-    and the change appended to `overrides.jsonl` with that checkpoint's step."""
+def resume_with_overrides(run_dir: Path, overrides: list[str], step: int | None = None) -> ExperimentConfig:
+    """`resume_config`, and when something changes and there is a checkpoint to resume from (of `step`, default the
+    latest complete one): `config.yaml` rewritten and the change appended to `overrides.jsonl` with that step."""
     config, changes = resume_config(run_dir, overrides)
-    latest = checkpoint.latest(run_dir)
-    if changes and latest is not None:
+    if step is None:
+        latest = checkpoint.latest(run_dir)
+        step = latest.step if latest is not None else None
+    if changes and step is not None:
         save_resolved(config, run_dir)
-        record = ResumeOverrides(latest.step, tuple(changes))
+        record = ResumeOverrides(step, tuple(changes))
         with (run_dir / OVERRIDES_FILE).open("a") as handle:
             handle.write(json.dumps(asdict(record)) + "\n")
-        log.info("resumed after step %d with %s", latest.step,
+        log.info("resumed after step %d with %s", step,
                  ", ".join(f"{c.key}: {c.before!r} -> {c.after!r}" for c in changes))
     return config
 
 
 def read_overrides(run_dir: Path) -> list[ResumeOverrides]:
-    """Every line of a run's `overrides.jsonl`, oldest first (none when the run was never resumed with changes)."""
+    """Every line of a run's `overrides.jsonl`, oldest first (none when the run was never resumed with changes), read
+    strictly (`strat.jsonl`)."""
     path = run_dir / OVERRIDES_FILE
-    if not path.is_file():
-        return []
     records = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            data = json.loads(line)
-            changes = tuple(OverrideChange(**change) for change in data["changes"])
-            records.append(ResumeOverrides(int(data["step"]), changes))
+    for line in read_lines(path).lines:
+        try:
+            changes = tuple(OverrideChange(**change) for change in line.record["changes"])
+            records.append(ResumeOverrides(int(line.record["step"]), changes))
+        except (KeyError, TypeError, ValueError) as err:
+            raise RecordError(f"{path}, line {line.number}: not a resume's record ({type(err).__name__}: {err})") from None
     return records

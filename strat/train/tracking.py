@@ -143,9 +143,12 @@ class WandbTracker:
     def _closing_media(self, folder: Path) -> dict[str, Any]:
         # Imported here: report pulls in the evaluation stack, which a run without W&B never needs.
         from strat.eval.report import LEARNING_CURVES, plot_learning_curves, plots_available
-        from strat.train.metrics import read
+        from strat.train.metrics import read_for_report
 
-        records = read(self.run_dir)
+        metrics = read_for_report(self.run_dir)  # the closing media go on past unreadable lines, counted
+        if metrics.skipped:
+            log.warning("W&B closing media: %s", metrics.skipped_note())
+        records = metrics.records
         summary = before_after(records)
         columns = ["measure", f"before (step {summary.before_step})", f"after (step {summary.after_step})"]
         media: dict[str, Any] = {"eval/before_after": self._wandb.Table(columns=columns, data=list(summary.rows))}

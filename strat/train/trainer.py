@@ -39,10 +39,10 @@ from strat.model.warmstart import ensure_warm
 from strat.sync.fingerprint import WeightsTag
 from strat.train.faults import injected_steps
 from strat.train.fleet import Fleet, Share, actor_died
-from strat.train.metrics import EpisodeLedger, MetricsLog, PhaseTimer
+from strat.train.metrics import EpisodeLedger, MetricsLog, PhaseTimer, truncate_after
 from strat.train.ray_node import start_ray
 from strat.train.rehearsal import REHEARSAL_ROUNDS, episode_samples, load_rehearsal, save_rehearsal
-from strat.train.resume import resume_with_overrides
+from strat.train.resume import read_overrides, resume_with_overrides
 from strat.train.rollout import derive_seed, plan_groups
 from strat.train.rollout_record import Rollout, rollout_from_json, rollout_to_json
 from strat.train.settings import (
@@ -182,14 +182,29 @@ def checkpoint_bytes(config: ExperimentConfig, model_dir: Path) -> int:
     return per_checkpoint * (config.schedule.keep_checkpoints + 1)
 
 
+def checkpoint_failure(step: int, run_dir: Path, cause: OSError, resume_hint: str) -> str:
+    """The line a failed checkpoint write (a full disk) stops the run with: why, the free space, where to resume."""
+    try:
+        free = f"{shutil.disk_usage(run_dir).free / 2**20:.0f} MiB free there"
+    except OSError:
+        free = "free space unknown"
+    return (f"checkpoint of step {step} could not be written to {run_dir} ({cause.strerror or cause}; {free}); its"
+            f" staging folder was removed and no earlier checkpoint was touched; {resume_hint}")
+
+
 class Trainer:
     """One training run: actors, loop state, outputs. `run()` is the whole lifecycle."""
 
-    def __init__(self, config: ExperimentConfig, run_dir: Path, address: str | None = None, resume: bool = False) -> None:
+    def __init__(self, config: ExperimentConfig, run_dir: Path, address: str | None = None, resume: bool = False,
+                 resume_point: checkpoint.ResumePoint | None = None, strict: bool = False) -> None:
         self.config = config
         self.run_dir = run_dir
         self.address = address
-        self.resume = resume
+        self.resume = resume or resume_point is not None
+        self.resume_point = resume_point
+        """On resume, the checkpoint to start from (chosen by `checkpoint.resume_point` when not given)."""
+        self.strict = strict
+        """On resume, refuse a damaged newest checkpoint instead of falling back to an older one."""
         self.step = 0
         self._in_progress: int | None = None
         """The step being trained, from its rollout until it is logged (None between steps)."""
@@ -282,10 +297,7 @@ class Trainer:
 
     def _prepare_run_dir(self) -> None:
         if self.resume:
-            latest = checkpoint.latest(self.run_dir)
-            if latest is None:
-                raise ConfigError(f"no complete checkpoint in {self.run_dir} to resume from")
-            checkpoint.check_format(latest)
+            self._choose_resume_point()
         if not self.resume and checkpoint.complete_checkpoints(self.run_dir):
             raise ConfigError(
                 f"run directory {self.run_dir} already holds checkpoints; resume it with --resume or pick another run.name"
@@ -299,6 +311,22 @@ class Trainer:
             raise ConfigError(f"run directory {self.run_dir} is not writable: {err.strerror}") from None
         if not self.resume:
             save_resolved(self.config, self.run_dir)
+
+    def _choose_resume_point(self) -> None:
+        """The newest checkpoint that verifies; damaged newer ones are named in one line and moved aside, so that
+        the steps after the chosen one are trained (and logged) again, once."""
+        point = self.resume_point or checkpoint.resume_point(self.run_dir, self.strict)
+        checkpoint.check_format(point.checkpoint)
+        if point.damaged:
+            log.warning(point.fallback_line(checkpoint.set_aside(point.damaged)))
+        if not point.verified:
+            log.warning(checkpoint.unverifiable_note(point.checkpoint))
+        # Now, before any actor starts: an unreadable record is refused here, and the steps after the checkpoint,
+        # which the run trains again, leave the records (MetricsLog and EpisodeLedger find nothing more to drop).
+        for name in ("metrics.jsonl", "episodes.jsonl"):
+            truncate_after(self.run_dir / name, point.checkpoint.step)
+        read_overrides(self.run_dir)
+        self.resume_point = point
 
     def _check_free_space(self) -> None:
         """Refuse a run whose checkpoints cannot fit on the run directory's disk."""
@@ -350,9 +378,7 @@ class Trainer:
         return ensure_warm(base, config.game.name, warm_start_settings(config))
 
     def _restore(self) -> int:
-        latest = checkpoint.latest(self.run_dir)
-        if latest is None:
-            raise ConfigError(f"no complete checkpoint in {self.run_dir} to resume from")
+        latest = self.resume_point.checkpoint
         loop_state = self.fleet.learner_get(self.fleet.learner.load(str(latest.path), latest.step))
         self.step = latest.step
         self._checkpointed_step = latest.step
@@ -637,10 +663,7 @@ class Trainer:
             cause = getattr(err, "cause", None)
             if not isinstance(cause, OSError):
                 raise
-            raise RunAborted(
-                f"checkpoint of step {step} could not be written to {self.run_dir} "
-                f"({cause.strerror or cause}); nothing was half-written over; {self.fleet.resume_hint()}"
-            ) from None
+            raise RunAborted(checkpoint_failure(step, self.run_dir, cause, self.fleet.resume_hint())) from None
         self._checkpointed_step = step
         log.info("checkpoint written: %s", path)
 
@@ -702,20 +725,24 @@ class Trainer:
 
 def train(config_path: str | None, overrides: list[str], address: str | None = None, resume: str | None = None,
           on_start: Callable[[int], None] | None = None,
-          on_step: Callable[[dict[str, Any]], None] | None = None) -> tuple[Path, list[dict[str, Any]]]:
+          on_step: Callable[[dict[str, Any]], None] | None = None,
+          strict: bool = False) -> tuple[Path, list[dict[str, Any]]]:
     """`strat train`: load (or, on resume, reload) the config, then run. Returns the run dir and records. On resume
-    only some overrides are accepted, and those that change something are recorded (`strat.train.resume`)."""
+    only some overrides are accepted, and those that change something are recorded (`strat.train.resume`); the run
+    starts from the newest checkpoint that verifies (`strict`: the newest, or a refusal)."""
+    point = None
     if resume is not None:
         run_dir = Path(resume)
         saved = run_dir / "config.yaml"
         if not saved.is_file():
             raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
-        config = resume_with_overrides(run_dir, overrides)
+        point = checkpoint.resume_point(run_dir, strict)
+        config = resume_with_overrides(run_dir, overrides, point.checkpoint.step)
     else:
         config = load_config(config_path, overrides)
         run_dir = config.run_dir
     log.info(context_summary(check_context(config), config))
-    trainer = Trainer(config, run_dir, address=address, resume=resume is not None)
+    trainer = Trainer(config, run_dir, address=address, resume=resume is not None, resume_point=point, strict=strict)
     if on_start is not None:
         on_start(config.schedule.steps)
     return run_dir, trainer.run(on_step)
