@@ -30,7 +30,9 @@ Options (from the `learner` config section):
   under torch.distributed with world size > 1 (or `fsdp=True`); the driver starts such ranks as one
   `strat.train.learner_actor.LearnerGroup`. Every rank is handed the whole batch and trains on its part
   (`split_for_ranks`), so that the step equals the single-process one. Full state dicts are gathered
-  for export and checkpoints (a collective: every rank calls them; rank 0 writes).
+  for export and checkpoints (a collective: every rank calls them; rank 0 writes). At start only rank 0 reads the
+  weights; the others build on the meta device and take their shards by broadcast (`build.build_sharded`); the KL
+  reference is sharded the same way.
 
 Imports torch, transformers, safetensors and Strat's pure modules only (no config schema, games, Ray or vLLM), so
 that it runs where only those are installed (`tests/layout/test_light_imports.py`).
