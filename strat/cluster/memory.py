@@ -5,7 +5,7 @@ before anything starts. Pure arithmetic: no torch, no Ray.
   parameter for a full fine-tune; LoRA: the frozen base in bf16 when `learner.dtype` is bfloat16 and there is one
   rank, and 16 bytes per adapter parameter), each divided over the FSDP2 ranks (dimension 0 of every tensor padded
   to a multiple of the ranks, as FSDP2 shards); the bf16 copies of the weights that mixed precision computes with;
-  the KL reference's copy (never sharded); one micro-batch's activations and logits.
+  the KL reference's copy (in the compute dtype, sharded over the FSDP2 ranks as the weights); one micro-batch's activations and logits.
 - An engine (each agent's and the snapshot opponent's, per tensor-parallel rank): its weights in `engine.dtype`
   split over the ranks, and at least one `max_model_len` sequence of KV cache, inside `gpu_memory_utilization` of
   the GPU.
@@ -320,7 +320,7 @@ def learner_memory(shape: ModelShape, config: ExperimentConfig) -> ActorMemory:
         copies = compute * sum(p.numel for p in params if len(p.shape) == 2 and "embed_tokens" not in p.name)
     reference = config.algorithm.kl_type != "none" and not (lora.enabled and config.algorithm.kl_reference != "snapshot")
     if reference:
-        parts.append(Part(f"KL reference copy ({learner.dtype}, not sharded)", compute * parameter_count(shape)))
+        parts.append(Part(f"KL reference copy ({learner.dtype}{shard})", compute * sharded_numel(params, ranks)))
     batch = Batch(config.algorithm.micro_batch, config.engine.max_model_len, config.reasoning.max_new_tokens + 1)
     parts += activation_parts(shape, batch, compute, learner.gradient_checkpointing, copies)
     if reference:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -71,6 +72,42 @@ def shard_model(model: torch.nn.Module, device: torch.device, param_dtype: torch
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
+
+
+def build_sharded(build: Callable[[bool], torch.nn.Module], device: torch.device,
+                  param_dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """An FSDP2-sharded model that no rank holds whole on `device`, and only rank 0 holds whole in CPU memory.
+
+    `build(on_meta)` makes the model: with its weights (`on_meta=False`, called on rank 0 alone, in CPU memory), or
+    the same module tree on the meta device (`on_meta=True`, every rank: no storage). Every rank shards its meta
+    tree (`shard_model`) and allocates its own shards on `device`; rank 0 then broadcasts its weights one tensor at
+    a time, each rank keeping its shard, and its buffers (non-persistent ones, such as the rotary embedding's
+    `inv_freq`, are in no state dict). A collective: every rank calls it."""
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    source = build(False) if rank == 0 else None
+    model = build(True)
+    shard_model(model, device, param_dtype)
+    model.to_empty(device=device)
+    load_from_rank0(model, source)
+    return model
+
+
+@torch.no_grad()
+def load_from_rank0(model: torch.nn.Module, source: torch.nn.Module | None) -> None:
+    """Fill the sharded `model`'s parameters and buffers from rank 0's whole `source` (None on the other ranks),
+    which has the same module tree; a collective."""
+    state = source.state_dict() if source is not None else {}
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    theirs = dict(source.named_buffers()) if source is not None else {}
+    for name, buffer in model.named_buffers():
+        if source is not None:
+            buffer.copy_(theirs[name])
+        dist.broadcast(buffer, src=0)
+    for name, module in model.named_modules():
+        for attribute, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and value.is_meta:
+                raise RuntimeError(f"{name}.{attribute} is still on the meta device after loading: a tensor held"
+                                   " outside parameters and buffers, which a sharded build cannot fill")
 
 
 def wants_fsdp(setting: bool | None) -> bool:

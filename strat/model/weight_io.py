@@ -39,12 +39,6 @@ def full_state(model: torch.nn.Module, sharded: bool) -> dict[str, torch.Tensor]
     return {name: tensor.detach().to("cpu", copy=True) for name, tensor in model.state_dict().items()}
 
 
-def gathered_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """An FSDP2 model's full state on every rank (not only rank 0), on CPU; a collective."""
-    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in state.items()}
-
-
 def merge_lora(full: dict[str, torch.Tensor], lora_scaling: Mapping[str, float] | None) -> dict[str, torch.Tensor]:
     """The model as a plain one: Hugging Face names, each LoRA layer's delta (B @ A x its scaling, by module name in
     `lora_scaling`) merged into its weight in float32. Without LoRA (None), or with nothing gathered (FSDP2 ranks
@@ -96,10 +90,15 @@ def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sh
     return optimizer.state_dict()
 
 
-def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], sharded: bool) -> tuple[list[str], list[str]]:
-    """Load (part of) a full state dict under the model's own names, scattered under FSDP2; (missing, unexpected)."""
+def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], sharded: bool,
+                     from_rank0: bool = False) -> tuple[list[str], list[str]]:
+    """Load (part of) a full state dict under the model's own names, scattered under FSDP2; (missing, unexpected).
+    Under FSDP2 a collective; with `from_rank0` only rank 0's `state` counts (it is broadcast, and rank 0 alone can
+    tell what is missing)."""
     if sharded:
-        result = set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
+        options = StateDictOptions(full_state_dict=True, strict=False, broadcast_from_rank0=from_rank0)
+        # A copy: set_model_state_dict puts the model's own (sharded) tensors into the dict it is given.
+        result = set_model_state_dict(model, dict(state), options=options)
     else:
         result = model.load_state_dict(state, strict=False)
     return list(result.missing_keys), list(result.unexpected_keys)

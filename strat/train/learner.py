@@ -30,7 +30,9 @@ Options (from the `learner` config section):
   under torch.distributed with world size > 1 (or `fsdp=True`); the driver starts such ranks as one
   `strat.train.learner_actor.LearnerGroup`. Every rank is handed the whole batch and trains on its part
   (`split_for_ranks`), so that the step equals the single-process one. Full state dicts are gathered
-  for export and checkpoints (a collective: every rank calls them; rank 0 writes).
+  for export and checkpoints (a collective: every rank calls them; rank 0 writes). At start only rank 0 reads the
+  weights; the others build on the meta device and take their shards by broadcast (`build.build_sharded`); the KL
+  reference is sharded the same way.
 
 Imports torch, transformers, safetensors and Strat's pure modules only (no config schema, games, Ray or vLLM), so
 that it runs where only those are installed (`tests/layout/test_light_imports.py`).
@@ -48,13 +50,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from strat.algorithm.losses import LossOutput, policy_loss, rehearsal_loss
 from strat.algorithm.records import TrainBatch, TrainSample
 from strat.engines.base import stop_token_ids
 from strat.model import checkpoint, weight_io
-from strat.model.build import DTYPES, add_lora, freeze, resolve_device, shard_model, wants_fsdp
+from strat.model.build import DTYPES, add_lora, build_sharded, freeze, resolve_device, wants_fsdp
 from strat.train.learner_settings import LearnerSettings
 from strat.train.lr_schedule import lr_factor
 from strat.train.move_tokens import MoveChoices, MoveTokens
@@ -124,40 +126,65 @@ class PolicyLearner:
 
     def _build_model(self, trust_remote_code: bool) -> torch.nn.Module:
         """The trainable model: float32 master weights, with gradient checkpointing, LoRA, frozen parameters and
-        FSDP2 sharding as the settings ask, on the learner's device."""
+        FSDP2 sharding as the settings ask, on the learner's device. Under FSDP2 only rank 0 reads the weights
+        (`build.build_sharded`)."""
+        settings = self.settings
+        if self.sharded:
+            return build_sharded(lambda on_meta: self._policy_tree(trust_remote_code, on_meta), self.device,
+                                 self.compute_dtype if settings.dtype != "float32" else None)
+        model = self._policy_tree(trust_remote_code, on_meta=False)
+        model.to(self.device)
+        return model
+
+    def _policy_tree(self, trust_remote_code: bool, on_meta: bool) -> torch.nn.Module:
+        """The trainable model in CPU memory (or its module tree on the meta device), before sharding."""
         settings = self.settings
         # Master weights are float32. Frozen LoRA base weights need no master copy: bf16 storage then
         # (not under FSDP2, which wants one dtype per sharded group).
         low_precision_base = settings.lora is not None and settings.dtype == "bfloat16" and not self.sharded
         storage = self.compute_dtype if low_precision_base else torch.float32
-        model = AutoModelForCausalLM.from_pretrained(
-            self.model_path, dtype=storage, trust_remote_code=trust_remote_code, use_safetensors=True
-        )
+        model = self._load_pretrained(storage, trust_remote_code, on_meta)
         if settings.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.config.use_cache = False
         if settings.lora is not None:
+            # On the meta device the adapters' seeded initialisation is lost: rank 0 broadcasts its own.
             model, self.lora_scaling = add_lora(model, settings.lora, settings.seed)
         if settings.freeze:
             freeze(model, settings.freeze)
-        model.to(self.device)
-        if self.sharded:
-            shard_model(model, self.device, self.compute_dtype if settings.dtype != "float32" else None)
+        return model
+
+    def _load_pretrained(self, dtype: torch.dtype, trust_remote_code: bool, on_meta: bool) -> torch.nn.Module:
+        """The configured model with its weights in `dtype`, in CPU memory; or (`on_meta`) its module tree on the
+        meta device, which holds no storage."""
+        if not on_meta:
+            return AutoModelForCausalLM.from_pretrained(
+                self.model_path, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True
+            )
+        config = AutoConfig.from_pretrained(self.model_path, trust_remote_code=trust_remote_code)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code)
+        with contextlib.suppress(OSError):  # as from_pretrained: the directory's generation config, when it has one
+            model.generation_config = GenerationConfig.from_pretrained(self.model_path)
         return model
 
     def _build_reference(self, trust_remote_code: bool) -> torch.nn.Module | None:
-        """The KL penalty's frozen reference, when it needs its own copy of the model."""
+        """The KL penalty's frozen reference, when it needs its own copy of the model. Frozen, so it is stored in
+        the compute dtype; under FSDP2 sharded as the policy is (only rank 0 reads the weights)."""
         settings = self.settings
         if settings.loss.kl_type == "none" or (settings.lora is not None and settings.kl_reference != "snapshot"):
             return None
         # With LoRA and the initial policy as reference, it is the base model itself, adapters disabled: no
-        # second copy; an anchor on the snapshot needs its own. Frozen, so it is stored in the compute dtype.
-        # (Not sharded under FSDP2: each rank holds a full copy.)
-        reference = AutoModelForCausalLM.from_pretrained(
-            self.model_path, dtype=self.compute_dtype, trust_remote_code=trust_remote_code, use_safetensors=True
-        ).to(self.device).eval()
-        reference.requires_grad_(False)
-        return reference
+        # second copy; an anchor on the snapshot needs its own.
+
+        def tree(on_meta: bool) -> torch.nn.Module:
+            model = self._load_pretrained(self.compute_dtype, trust_remote_code, on_meta).eval()
+            model.requires_grad_(False)
+            return model
+
+        if self.sharded:
+            return build_sharded(tree, self.device).eval()
+        return tree(on_meta=False).to(self.device)
 
     def _trainable(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -170,27 +197,33 @@ class PolicyLearner:
 
     def take_snapshot(self) -> dict[str, torch.Tensor]:
         """Freeze a copy of the current weights as the snapshot opponent's (and the KL anchor's, with
-        `kl_reference: snapshot`)."""
-        self.snapshot = self.state_dict()
-        if self.sharded and self.settings.kl_reference == "snapshot":
-            # Under FSDP2 only rank 0 holds the gathered snapshot; every rank's reference copy needs it. A
-            # collective, as is this whole call.
-            self._anchor_to_snapshot(self.merged_state_dict(weight_io.gathered_state(self.model)))
-        else:
+        `kl_reference: snapshot`). Under FSDP2 a collective; only rank 0 gets the weights (the others, {})."""
+        if not self.sharded:
+            self.snapshot = self.state_dict()
             self._anchor_to_snapshot(self.snapshot)
+            return self.snapshot
+        merged = self.merged_state_dict()  # float32, on rank 0 alone
+        self.snapshot = weight_io.cast_floats(merged, self.settings.export_dtype)
+        self._anchor_to_snapshot(merged, from_rank0=True)
         return self.snapshot
 
-    def _anchor_to_snapshot(self, state: dict[str, torch.Tensor]) -> None:
-        """With `kl_reference: snapshot`, the frozen reference takes the snapshot's weights (`state`)."""
+    def _anchor_to_snapshot(self, state: dict[str, torch.Tensor], from_rank0: bool = False) -> None:
+        """With `kl_reference: snapshot`, the frozen reference takes the snapshot's weights (`state`). Under FSDP2 a
+        collective: each rank keeps its shard of `state`, which with `from_rank0` only rank 0 holds (and
+        broadcasts)."""
         if self.settings.kl_reference != "snapshot":
             return
         if self.reference is None:
             raise ValueError("kl_reference=snapshot needs a reference model (kl_type forward or reverse)")
-        result = self.reference.load_state_dict(state, strict=False)
-        missing = [name for name in result.missing_keys if not name.endswith("lm_head.weight")]
-        if result.unexpected_keys or missing:
+        if self.sharded:
+            missing, unexpected = weight_io.load_model_state(self.reference, state, True, from_rank0=from_rank0)
+        else:
+            result = self.reference.load_state_dict(state, strict=False)
+            missing, unexpected = result.missing_keys, result.unexpected_keys
+        missing = [name for name in missing if not name.endswith("lm_head.weight")]
+        if unexpected or missing:
             raise ValueError(f"the snapshot does not fit the reference model (missing {missing[:5]},"
-                             f" unexpected {result.unexpected_keys[:5]})")
+                             f" unexpected {unexpected[:5]})")
 
     def move_choices(self, samples: Sequence[TrainSample], width: int) -> MoveChoices:
         """Where each response names a move and the tokens a move could start with there (`MoveTokens.choices`)."""
@@ -211,6 +244,10 @@ class PolicyLearner:
         with self._autocast():
             out = sequence_logprobs(model, batch, self.settings.temperature, share_prefix=self.share_prefix,
                                     top_p=self.settings.top_p)
+        if self.sharded:
+            # FSDP2 leaves the root's own parameters (embeddings, head) gathered after a forward, for the backward
+            # that follows a training one; none follows here.
+            model.reshard()
         model.train(was_training)
         return out
 
