@@ -15,7 +15,7 @@ from strat.train.learner import LearnerSettings
 
 from .fsdp_ranks import spawn_two_ranks
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.long  # two spawned gloo ranks: 1-3 min; make test-faults
 
 SETTINGS = LearnerSettings(lr=2e-3, micro_batch=1, share_prefix=False, kl_reference="snapshot")
 """A KL anchored on the snapshot, so that the reference is built, sharded and reloaded."""
