@@ -118,6 +118,7 @@ def test_the_fleet_gives_each_actor_the_defaults_when_the_caller_started_ray(
     monkeypatch.setattr(fleet_module.LearnerGroup, "start", staticmethod(start_learner))
     monkeypatch.setattr(fleet_module, "WeightSync", lambda *args, **kwargs: None)
     monkeypatch.setattr(fleet_module.Fleet, "_wait_ready", lambda self, handles: None)
+    monkeypatch.setattr(fleet_module, "check_shared_storage", lambda *args: None)  # needs a running Ray
     config = load_config(KUHN, [f"run.output_dir={tmp_path}", "resources.learner_ranks=2"])
     fleet_module.Fleet(config, tmp_path, "unused", lambda: 1).start()
     assert {role for role, _ in options} == {"agent", "worker", "comparator", "learner"}
