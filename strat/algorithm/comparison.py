@@ -13,7 +13,7 @@ import games
 from games.base import BeliefValues, value_overlap
 from strat.algorithm.reasoning import BELIEF_MARKER
 from strat.algorithm.records import NO_SCORE, BeliefTarget, Episode, ScoredEpisode, Turn, TurnScore
-from strat.algorithm.targets import BeliefTargetKind, PredictionTarget
+from strat.algorithm.targets import BeliefTargetKind, PredictionTarget, belief_subjects
 
 AgreementMethod = Literal["token_f1", "embedding", "judge"]
 Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
@@ -215,11 +215,10 @@ def _next_other(episode: Episode, turn: Turn) -> Turn | None:
 
 def _belief(episode: Episode, turn: Turn) -> float | None:
     extract = games.belief_values(episode.game)
-    truths = {agent: info for agent, info in episode.private_info.items() if agent != turn.agent and info}
-    acted_before = any(t.turn_index < turn.turn_index and t.agent != turn.agent for t in episode.turns)
-    # Before any opponent has acted there is nothing to infer from, so a guess would only add noise.
-    if extract is None or not truths or not acted_before or turn.response is None:
+    subjects = belief_subjects(episode, turn)
+    if extract is None or not subjects or turn.response is None:
         return None
+    truths = {agent: episode.private_info[agent] for agent in subjects}
     return belief_accuracy(turn.response.sections.past, truths, extract)
 
 
@@ -292,9 +291,8 @@ def _components(episode: Episode, turn: Turn, following: Turn | None, neutral: b
     belief = _belief(episode, turn)
     belief_target = gap = None
     extract = games.belief_values(episode.game)
-    wanted = {agent for agent, info in episode.private_info.items() if agent != turn.agent and info}
     if (belief is not None and extract is not None and targets is not None and targets.beliefs
-            and {target.agent for target in targets.beliefs} == wanted):
+            and {target.agent for target in targets.beliefs} == set(belief_subjects(episode, turn))):
         belief_target, gap = posterior_belief(turn.response.sections.past, targets.beliefs, extract)
     return _Components(predict, belief, predict_target, belief_target, gap, targets is not None)
 

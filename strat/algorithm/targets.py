@@ -133,9 +133,10 @@ def _scored(episode: Episode, turn: Turn) -> bool:
     return turn.agent in episode.ego_agents and turn.response is not None and turn.response.depth >= 1
 
 
-def _wants_belief(episode: Episode, turn: Turn) -> list[str]:
-    """The other agents whose private information the belief of `turn` is scored on (as the comparison does: only
-    once another agent has acted)."""
+def belief_subjects(episode: Episode, turn: Turn) -> list[str]:
+    """The other agents whose private information the belief of `turn` is scored on: those with private
+    information, and only once another agent has acted (before, there is nothing to infer from). The comparison
+    scores beliefs on these, and the posteriors are made for these."""
     if not any(t.turn_index < turn.turn_index and t.agent != turn.agent for t in episode.turns):
         return []
     return [agent for agent, info in episode.private_info.items() if agent != turn.agent and info]
@@ -205,7 +206,7 @@ class TargetEstimator:
                     recorder(replayed[following.turn_index], following.agent)
                 env = replayed[turn.turn_index]
                 if self.settings.belief == "posterior" or self.settings.diagnose:
-                    for other in _wants_belief(episode, turn) if supports_posterior(env) else []:
+                    for other in belief_subjects(episode, turn) if supports_posterior(env) else []:
                         try:
                             posterior(env, turn.agent, other, recorder)
                         except (_Missing, ValueError):
@@ -267,7 +268,7 @@ class TargetEstimator:
         if not (self.settings.belief == "posterior" or self.settings.diagnose) or not supports_posterior(env):
             return ()
         out = []
-        for other in _wants_belief(episode, turn):
+        for other in belief_subjects(episode, turn):
             try:
                 found = posterior(env, turn.agent, other, policy)
             except (_Missing, ValueError):

@@ -16,7 +16,7 @@ from games.base import TextGameEnv
 from games.opponents import Opponent, make_opponent
 from strat.algorithm.reasoning import build_messages, decide, misstates_private_info, parse_response, user_prompt
 from strat.algorithm.records import Episode, Turn
-from strat.algorithm.targets import SCRIPTED, Sampler, TargetEstimator, TargetReport, TargetSettings
+from strat.algorithm.targets import SCRIPTED, Sampler, TargetEstimator, TargetSettings
 from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
 from strat.eval.exploitability import SampledMoves
@@ -175,8 +175,6 @@ class RolloutRunner:
         self.policy = policy
         self.snapshot = snapshot
         self.spans = spans
-        self.last_targets: TargetReport | None = None
-        """What the last rollout's target estimation cost (None when none was made)."""
 
     def run(self, plans: Sequence[GroupPlan], sampling_seed: int) -> list[Episode]:
         """Play `group_size` games per plan; every round batches all pending LLM decisions. With score targets
@@ -188,8 +186,7 @@ class RolloutRunner:
         if not self.settings.targets.wanted:
             return episodes
         estimator = TargetEstimator(self.settings.targets, self.settings.game_options, self._samplers())
-        episodes, report = estimator.estimate(episodes, derive_seed(sampling_seed, "targets"))
-        self.last_targets = report
+        episodes, _ = estimator.estimate(episodes, derive_seed(sampling_seed, "targets"))
         return episodes
 
     def _samplers(self) -> dict[str, Sampler]:
