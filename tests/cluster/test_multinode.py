@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from strat.cluster.storage import NONCE_PREFIX
 from strat.config import load_config
 from strat.model import checkpoint
 from strat.train import metrics
@@ -250,6 +251,11 @@ def test_actors_span_nodes_and_a_lost_agent_node_is_replaced(cluster: Cluster, t
             run.process.kill()
     text = run.log.read_text()
     assert code == 0, text[-3000:]
+    # The nodes share this machine's disk: the storage check at the start passes and says what it checked.
+    logged = " ".join(text.split())  # the console wraps log lines
+    assert ("shared storage: 3 node(s) see the run directory (run.output_dir)" + (
+        ", the weight sync directory (engine.sync_dir)" if sync == "directory" else "")) in logged, text[-3000:]
+    assert list(run.run_dir.rglob(f"{NONCE_PREFIX}*")) == [], "the storage check's nonces are removed"
     assert run.steps() == list(range(1, steps + 1))
     restarts = [record["faults/actor_restarts"] for record in metrics.read(run.run_dir)]
     assert restarts[0] == 0.0 and restarts[-1] == 1.0, restarts
