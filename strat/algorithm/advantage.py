@@ -16,6 +16,7 @@ from strat.algorithm.segments import BELIEF_SPAN
 Baseline = Literal["group", "ema"]
 PenaltyScope = Literal["game", "turn"]
 Credit = Literal["response", "segment"]
+ProcessBaseline = Literal["group", "state"]
 
 SCORED_SECTIONS: dict[str, str] = {"predict": "predict", "belief": BELIEF_SPAN, "agreement": "their_view"}
 """Credit by segment: each comparison component (a `TurnScore` field) and the span of the section it scores."""
@@ -52,10 +53,17 @@ class AdvantageConfig:
     component_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
     """The comparison's weights of the prediction, belief and agreement scores (`comparison.weights`): with credit by
     segment, each section's process term is scaled by its component's weight."""
+    process_baseline: ProcessBaseline = "group"
+    """What a turn's process score is compared with: `group`, the comparable turns of its statistics group (group,
+    seat), whatever their information states; `state`, the step's comparable turns of the same seat at the same
+    information state (`Turn.info_state`), so that a response is paid for reasoning better than the others in its
+    position, not for reaching a position where the other agents are easy to read (`state_process_terms`)."""
 
     def __post_init__(self) -> None:
         if self.credit not in ("response", "segment"):
             raise ValueError(f"unknown credit {self.credit!r} (allowed: response, segment)")
+        if self.process_baseline not in ("group", "state"):
+            raise ValueError(f"unknown process_baseline {self.process_baseline!r} (allowed: group, state)")
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,47 @@ def advantage_terms(
     return outcome, process
 
 
+TurnKey = tuple[str, str, int]
+"""A turn of a step: (episode id, agent, turn index)."""
+WHOLE = "score"
+"""`state_process_terms`' key of the whole process score (beside the components of `SCORED_SECTIONS`)."""
+
+
+def state_process_terms(
+    episodes: Sequence[ScoredEpisode], per_role: bool, eps: float
+) -> dict[str, dict[TurnKey, float]]:
+    """The process terms with the information-state baseline (`process_baseline: state`), for every comparable ego
+    turn of the step: the whole score (key `WHOLE`) and each component of `SCORED_SECTIONS` the turn was scored on,
+    each normalised (`normalise`) over the step's turns of the same game, seat (with `per_role`) and information
+    state that have it. A turn whose information state is unknown ("") is compared with its statistics group's such
+    turns instead; a turn alone at its state gets 0."""
+    buckets: dict[str, dict[tuple[str, ...], list[tuple[TurnKey, float]]]] = {WHOLE: {}}
+    buckets.update({component: {} for component in SCORED_SECTIONS})
+    for scored in episodes:
+        episode = scored.episode
+        for agent in episode.ego_agents:
+            role = agent if per_role else ""
+            for turn in episode.turns_of(agent):
+                score = scored.score_of(turn.turn_index)
+                if score is None or not score.comparable:
+                    continue
+                where = ("state", episode.game, role, turn.info_state) if turn.info_state else \
+                    ("group", episode.group_id, role)
+                key = (episode.episode_id, agent, turn.turn_index)
+                buckets[WHOLE].setdefault(where, []).append((key, score.score))
+                for component in SCORED_SECTIONS:
+                    value = getattr(score, component)
+                    if value is not None:
+                        buckets[component].setdefault(where, []).append((key, float(value)))
+    terms: dict[str, dict[TurnKey, float]] = {}
+    for name, by_place in buckets.items():
+        terms[name] = {}
+        for members in by_place.values():
+            values = normalise(torch.tensor([value for _, value in members], dtype=torch.float64), eps)
+            terms[name].update(zip((key for key, _ in members), values.tolist(), strict=True))
+    return terms
+
+
 def segment_advantages(
     turns: Sequence[Turn],
     turn_scores: Sequence[TurnScore | None],
@@ -182,6 +231,7 @@ def segment_advantages(
     lam: float,
     eps: float,
     weights: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    given_terms: dict[str, torch.Tensor] | None = None,
 ) -> list[list[float] | None]:
     """Per-token advantages of one statistics group's ego turns under credit by segment (`algorithm.credit:
     segment`); None for a turn whose section spans are unknown (it keeps the response's advantage).
@@ -197,7 +247,8 @@ def segment_advantages(
       0, and its term lands where the section should have been written), else 0: the outcome term alone.
     A token that lies in two spans takes the later span's value (the belief line over the rest of `<past>`).
     With `outcome` (or lam = 0) every token gets the outcome term, as under response credit; with `process` the
-    scored sections get their terms and every other token 0 (nothing learns from the outcome).
+    scored sections get their terms and every other token 0 (nothing learns from the outcome). `given_terms` ([N] per
+    component, before its weight) replaces the group normalisation (the information-state baseline).
     """
     estimator = advantage_estimator(mode)
     zero = torch.zeros_like(outcome)
@@ -208,9 +259,12 @@ def segment_advantages(
         values = [None if score is None else getattr(score, component) for score in turn_scores]
         mask = [bool(flag) and value is not None for flag, value in zip(flags, values, strict=True)]
         raw = torch.tensor([0.0 if value is None else float(value) for value in values], dtype=torch.float64)
-        term = torch.zeros_like(raw)
         chosen = torch.tensor(mask, dtype=torch.bool)
-        term[chosen] = normalise(raw[chosen], eps)
+        if given_terms is not None:
+            term = torch.where(chosen, given_terms[component], torch.zeros_like(raw))
+        else:
+            term = torch.zeros_like(raw)
+            term[chosen] = normalise(raw[chosen], eps)
         terms[component], scored[component] = weight * term, mask
     missing = zero.clone()
     for row, turn in enumerate(turns):
@@ -315,6 +369,8 @@ def compute_advantages(
             if ema.value(game, role) is None:
                 ema.update(game, role, mean)
 
+    by_state = state_process_terms(episodes, config.per_role, config.eps) if config.process_baseline == "state" \
+        else None
     samples: list[TrainSample] = []
     singleton = zero_spread = zero_process = zero_signal_groups = dropped = total_turns = comparable_turns = 0
     spanned_tokens = scored_tokens = unspanned = 0
@@ -352,11 +408,17 @@ def compute_advantages(
             config.eps,
             member_baseline,
         )
+        given: dict[str, torch.Tensor] | None = None
+        if by_state is not None:
+            keys = [(scored.episode.episode_id, turn.agent, turn.turn_index) for _, scored, turn in turns]
+            given = {name: torch.tensor([values.get(key, 0.0) for key in keys], dtype=torch.float64)
+                     for name, values in by_state.items()}
+            process = given.pop(WHOLE)
         advantages = advantage_estimator(config.mode)(outcome, process, config.lam)
         per_token: list[list[float] | None] = [None] * len(turns)
         if config.credit == "segment":
             per_token = segment_advantages([turn for _, _, turn in turns], turn_scores, outcome, comparable,
-                                           config.mode, config.lam, config.eps, config.component_weights)
+                                           config.mode, config.lam, config.eps, config.component_weights, given)
             for _, _, turn in turns:
                 if turn.section_spans is None:
                     unspanned += 1

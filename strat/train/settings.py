@@ -167,5 +167,6 @@ def advantage_config(config: ExperimentConfig) -> AdvantageConfig:
         drop_zero_signal=algo.zero_spread == "drop",
         penalty_scope=algo.penalty_scope,
         credit=algo.credit,
+        process_baseline=algo.process_baseline,
         component_weights=(weights.predict, weights.belief, weights.agreement),
     )
