@@ -12,7 +12,7 @@ from strat.config import ExperimentConfig, load_config, save_resolved
 
 from .conftest import DEFAULT, ROOT
 
-SOURCES = sorted(p for folder in ("strat", "games", "bench") for p in (ROOT / folder).rglob("*.py"))
+SOURCES = sorted(p for folder in ("strat", "games", "bench", "experiments") for p in (ROOT / folder).rglob("*.py"))
 SECRET = "hf_THIS_IS_A_TEST_SECRET_8d1c"
 
 

@@ -1,5 +1,5 @@
-"""bench/kuhn_dynamics.py, the tabular surrogate of the training dynamics: its exploitability is OpenSpiel's, and a
-run is reproducible from its seed."""
+"""experiments/which_learning_signals_are_worth_a_run/kuhn_dynamics.py, the tabular surrogate of the training
+dynamics: its exploitability is OpenSpiel's, and a run is reproducible from its seed."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 from open_spiel.python import policy as openspiel_policy
 from open_spiel.python.algorithms import exploitability as openspiel_exploitability
 
-from .conftest import bench_module
+from .conftest import experiment_module
 
 
 @pytest.fixture(scope="module")
 def dynamics():
-    yield from bench_module("kuhn_dynamics")
+    yield from experiment_module("kuhn_dynamics")
 
 
 def _openspiel(dynamics, bets: np.ndarray) -> float:

@@ -1,4 +1,5 @@
-"""bench/same_behaviour.py's comparison: time and throughput figures may differ, nothing else may."""
+"""experiments/does_a_refactor_change_training/same_behaviour.py's comparison: time and throughput figures may
+differ, nothing else may."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import bench_module
+from .conftest import experiment_module
 
 
 @pytest.fixture
 def same():
-    yield from bench_module("same_behaviour")
+    yield from experiment_module("same_behaviour")
 
 
 def _run(root: Path, rows: list[dict[str, object]], episodes: str) -> Path:

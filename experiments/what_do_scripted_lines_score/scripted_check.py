@@ -1,7 +1,8 @@
 """Reference points for the games table: what simple scripted lines score against the held-out heuristic player and
 against random, so a trained policy's figure can be read as "plays like X".
 
-    python bench/scripted_check.py [--games 4000] [--seed 0] [--game liars_dice|bargaining]
+    python experiments/what_do_scripted_lines_score/scripted_check.py
+        [--games 4000] [--seed 0] [--game liars_dice|bargaining]
 
 Each line plays `--games` games against each opponent, in one seat and then the other (alternating), on seeded
 deals, and prints its mean return with a 95% interval (normal approximation). The lines:

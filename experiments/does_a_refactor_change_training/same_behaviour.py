@@ -9,7 +9,8 @@ The runs use the hf engine and `schedule.max_staleness=0` (no rollout overlappin
 the same arithmetic in the same order. Usage:
 
     git worktree add /tmp/old HEAD
-    python bench/same_behaviour.py --old /tmp/old --new . --out /tmp/same [--variants default,plain,dph]
+    python experiments/does_a_refactor_change_training/same_behaviour.py
+        --old /tmp/old --new . --out /tmp/same [--variants default,plain,dph]
 
 Exit status 0 when every variant matches, 1 otherwise; one line per variant says which keys differ."""
 

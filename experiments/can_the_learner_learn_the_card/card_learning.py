@@ -1,7 +1,8 @@
 """How fast the configured learner teaches the policy a card-dependent move on Kuhn poker, given perfect advantages.
 
-    python bench/card_learning.py [--config configs/kuhn_poker_tiny.yaml] [--steps 12] [--samples 8]
-                                  [--target card|bet|pass] [--openings] [key=value ...]
+    python experiments/can_the_learner_learn_the_card/card_learning.py
+        [--config configs/kuhn_poker_tiny.yaml] [--steps 12] [--samples 8] [--target card|bet|pass] [--openings]
+        [key=value ...]
 
 RL on the tiny model from the `contrarian` warm start drifts to betting with every card (final exploitability ~0.33,
 the floor of any policy whose bet rate does not depend on the card). This separates the learner from the learning

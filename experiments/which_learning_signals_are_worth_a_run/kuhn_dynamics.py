@@ -1,8 +1,9 @@
 """A tabular surrogate of the training loop's learning dynamics on 2-player Kuhn poker, to screen learning-signal
 options in seconds before spending a 10-minute LLM run on them.
 
-    python bench/kuhn_dynamics.py [--init contrarian|random] [--move-entropy 0.5] [--lr 0.5] [--shared 1 --specific 0.2]
-                                  [--steps 30] [--seeds 5] [--group-size 8] [--groups 8] [--mix 0.6 0.2 0.2]
+    python experiments/which_learning_signals_are_worth_a_run/kuhn_dynamics.py
+        [--init contrarian|random] [--move-entropy 0.5] [--lr 0.5] [--shared 1 --specific 0.2] [--steps 30]
+        [--seeds 5] [--group-size 8] [--groups 8] [--mix 0.6 0.2 0.2]
 
 The policy is one Bernoulli "bet" logit per information set (12), optionally plus a logit shared by all of them
 (`--shared`): the LLM's habit of moving every card's "bet" together, with `--specific` the card-specific learning

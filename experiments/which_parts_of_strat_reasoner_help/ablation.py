@@ -1,9 +1,9 @@
 """Ablation of Strat-Reasoner's parts: each arm trains the config with one part changed, on paired seeds and an
 equal budget, and each finished run is summarised into docs/results/ablation/ for `strat results table`.
 
-    python bench/ablation.py [--arms advantage|depth|loss|dph|all|ARM[,...]] [--config configs/kuhn_poker_tiny.yaml]
-                             [--seeds 0,1,2] [--steps 30] [--out runs/ablation] [--results docs/results/ablation]
-                             [key=value ...]
+    python experiments/which_parts_of_strat_reasoner_help/ablation.py
+        [--arms advantage|depth|loss|dph|all|ARM[,...]] [--config configs/kuhn_poker_tiny.yaml] [--seeds 0,1,2]
+        [--steps 30] [--out runs/ablation] [--results docs/results/ablation] [key=value ...]
     strat results table        # docs/results.md's ablation section from the summaries
 
 Arms (ARMS below): `hybrid`, the reference every other arm is paired with (the config's own settings, with the hybrid

@@ -1,4 +1,5 @@
-"""bench/board_reading.py: the cell probabilities against a forward pass per token, and the figures' ranges."""
+"""experiments/does_the_model_read_the_board/board_reading.py: the cell probabilities against a forward pass per
+token, and the figures' ranges."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from strat.model import tiny
 
-from .conftest import bench_module
+from .conftest import experiment_module
 
 
 @pytest.fixture(scope="module")
 def reading():
-    yield from bench_module("board_reading")
+    yield from experiment_module("board_reading")
 
 
 @pytest.fixture(scope="module")

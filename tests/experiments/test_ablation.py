@@ -1,5 +1,6 @@
-"""bench/ablation.py: its arms are valid configs, identical arms share a run, and a stopped ablation picks up where
-it stopped (the training call replaced by a fake that writes a finished run's files)."""
+"""experiments/which_parts_of_strat_reasoner_help/ablation.py: its arms are valid configs, identical arms share a
+run, and a stopped ablation picks up where it stopped (the training call replaced by a fake that writes a finished
+run's files)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from strat.config import load_config, save_resolved
 from strat.errors import RunAborted, UserError
 from strat.eval.summaries import load_summary
 
-from .conftest import bench_module
+from .conftest import experiment_module
 
 ROOT = Path(__file__).resolve().parents[2]
 KUHN = "configs/kuhn_poker_tiny.yaml"
@@ -21,7 +22,7 @@ KUHN = "configs/kuhn_poker_tiny.yaml"
 
 @pytest.fixture(scope="module")
 def ablation():
-    yield from bench_module("ablation")
+    yield from experiment_module("ablation")
 
 
 def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:

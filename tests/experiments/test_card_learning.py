@@ -1,4 +1,5 @@
-"""bench/card_learning.py, the oracle-advantage probe of the learner: returns and advantages by hand."""
+"""experiments/can_the_learner_learn_the_card/card_learning.py, the oracle-advantage probe of the learner: returns
+and advantages by hand."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from strat.model.warmstart import ensure_warm, templated_response
 from strat.train.learner import PolicyLearner
 from strat.train.settings import learner_settings, warm_start_settings
 
-from .conftest import bench_module
+from .conftest import experiment_module
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker_tiny.yaml"
 
@@ -25,7 +26,7 @@ DEPTH, PENALTY = 2, -3.0
 
 @pytest.fixture(scope="module")
 def probe():
-    yield from bench_module("card_learning")
+    yield from experiment_module("card_learning")
 
 
 def _first_decision(card_0: int, card_1: int):

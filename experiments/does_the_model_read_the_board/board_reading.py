@@ -1,7 +1,8 @@
 """Does a warm-started model read the board? Where its probability goes when it names a cell, at tic-tac-toe
 decisions, given the prompt and the templated reasoning up to that point.
 
-    python bench/board_reading.py [--config configs/tic_tac_toe_tiny.yaml] [--model DIR] [--states 30] [key=value ...]
+    python experiments/does_the_model_read_the_board/board_reading.py
+        [--config configs/tic_tac_toe_tiny.yaml] [--model DIR] [--states 30] [key=value ...]
 
 The model is the config's initial policy (its cached warm start, trained on first use), or `--model`. Decisions are
 reached by random play from seeded deals (1-5 moves in); at each one a random legal move is templated as the warm

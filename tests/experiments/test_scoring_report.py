@@ -1,4 +1,5 @@
-"""bench/scoring_report.py: per-arm process-score diagnostics from the runs' metrics, means over seeds."""
+"""experiments/does_scoring_on_targets_help/scoring_report.py: per-arm process-score diagnostics from the runs'
+metrics, means over seeds."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import bench_module
+from .conftest import experiment_module
 
 
 @pytest.fixture(scope="module")
 def report():
-    yield from bench_module("scoring_report")
+    yield from experiment_module("scoring_report")
 
 
 def _run(folder: Path, steps: list[dict]) -> None:

@@ -1,7 +1,8 @@
 """The scoring ablation's report (issue 38's arms: outcome, hybrid, targets, targets-segment): the final figures
 against outcome-only, paired by seed, and what the process score looked like in each run.
 
-    python bench/scoring_report.py --runs /work/runs/abl38 --summaries /work/runs/abl38/summaries
+    python experiments/does_scoring_on_targets_help/scoring_report.py
+        --runs /work/runs/abl38 --summaries /work/runs/abl38/summaries
 
 The first table is `strat results table`'s ablation table with `outcome` as the reference (each arm minus
 outcome-only on the same seed, t-based 95% intervals). The second is per arm, means over seeds (each seed's mean over
