@@ -7,8 +7,8 @@ so they are applied where a process starts, never on `import strat`:
   runtime env of the job (`start_ray`) and of each actor of a run (`Fleet`), so Ray sets them before the
   worker's Python starts;
 - tests: `tests/conftest.py` calls `apply_defaults()` before anything imports torch;
-- scripts (bench/*.py, a notebook, a subprocess that imports torch): call `apply_defaults()` before their heavy
-  imports.
+- scripts (bench/*.py, experiments/*/*.py, a notebook, a subprocess that imports torch): call `apply_defaults()`
+  before their heavy imports.
 
 A value the user set wins over the default. The Hugging Face Hub stays reachable (a `model.path` may be a Hub name);
 set `HF_HUB_OFFLINE=1` to keep it off."""

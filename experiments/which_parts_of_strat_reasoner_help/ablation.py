@@ -9,7 +9,10 @@ equal budget, and each finished run is summarised into docs/results/ablation/ fo
 Arms (ARMS below): `hybrid`, the reference every other arm is paired with (the config's own settings, with the hybrid
 advantage); `outcome`, `process`, `hybrid-lam0.25` and `skip-forced` (advantage; the last is hybrid with no process
 score for a turn that predicts a forced move, `comparison.skip_forced`); `targets` (scoring: the hybrid scored on the
-opponents' estimated policy and the posterior, `comparison.prediction_target=policy`, `belief_target=posterior`); `targets-segment` (that, with credit by segment, `algorithm.credit=segment`); `depth0`, `depth1`, `depth2` (reasoning depth;
+opponents' estimated policy and the posterior, `comparison.prediction_target=policy`, `belief_target=posterior`);
+`targets-segment` (that, with credit by segment, `algorithm.credit=segment`); `targets-state` and
+`targets-segment-state` (those two with the process score compared at the same information state,
+`algorithm.process_baseline=state`); `depth0`, `depth1`, `depth2` (reasoning depth;
 at depth 0 no section can be compared, so the process term is 0 and the hybrid advantage is the outcome's);
 `clipped` and `fiberpo` (policy loss); `dph-js` and `dph-fkl` (DPH-RL's divergence to the initial policy). Each group
 also runs `hybrid`. An arm with the same resolved config as one listed before it (on the default config `depth1` and
@@ -17,9 +20,9 @@ also runs `hybrid`. An arm with the same resolved config as one listed before it
 depth 2, the default before 2026-12-02's move to depth 1: `reasoning.depth=2` among the overrides extends it alike.
 
 Seeds are paired: seed s of every arm is `run.seed=s` (the same cached warm start, deals and evaluation games).
-`hybrid`, `outcome`, `targets` and `targets-segment` run seeds 0-4, the other arms 0-2; `--seeds` sets them for every arm. `--steps` sets
-`schedule.steps` for every run (the trainer always evaluates the last step). `key=value` overrides apply to every
-run, before the arm's own.
+`hybrid`, `outcome` and the `targets` arms run seeds 0-4, the other arms 0-2; `--seeds` sets them for every arm.
+`--steps` sets `schedule.steps` for every run (the trainer always evaluates the last step). `key=value` overrides
+apply to every run, before the arm's own.
 
 Resumable: a run goes to `<out>/<arm>-seed<s>` and, once all its steps are done, gets `provenance.json` (its exact
 `strat train` command and the commit) and a summary `<results>/<config stem>-<arm>-seed<s>.json`. Runs whose summary
@@ -71,6 +74,7 @@ class Arm:
 
 HYBRID = "algorithm.advantage_mode=hybrid"
 TARGETS = ("comparison.prediction_target=policy", "comparison.belief_target=posterior")
+STATE = "algorithm.process_baseline=state"
 ARMS: tuple[Arm, ...] = (
     Arm(ABLATION_REFERENCE, (HYBRID,), seeds=(0, 1, 2, 3, 4)),
     Arm("outcome", ("algorithm.advantage_mode=outcome",), seeds=(0, 1, 2, 3, 4)),
@@ -79,6 +83,8 @@ ARMS: tuple[Arm, ...] = (
     Arm("skip-forced", (HYBRID, "comparison.skip_forced=true")),
     Arm("targets", (HYBRID, *TARGETS), seeds=(0, 1, 2, 3, 4)),
     Arm("targets-segment", (HYBRID, *TARGETS, "algorithm.credit=segment"), seeds=(0, 1, 2, 3, 4)),
+    Arm("targets-state", (HYBRID, *TARGETS, STATE), seeds=(0, 1, 2, 3, 4)),
+    Arm("targets-segment-state", (HYBRID, *TARGETS, "algorithm.credit=segment", STATE), seeds=(0, 1, 2, 3, 4)),
     Arm("depth0", (HYBRID, "reasoning.depth=0")),
     Arm("depth1", (HYBRID, "reasoning.depth=1")),
     Arm("depth2", (HYBRID, "reasoning.depth=2")),
@@ -90,6 +96,7 @@ ARMS: tuple[Arm, ...] = (
 GROUPS: dict[str, tuple[str, ...]] = {
     "advantage": (ABLATION_REFERENCE, "outcome", "process", "hybrid-lam0.25", "skip-forced"),
     "scoring": (ABLATION_REFERENCE, "outcome", "targets", "targets-segment"),
+    "state": (ABLATION_REFERENCE, "outcome", "targets-state", "targets-segment-state"),
     "depth": (ABLATION_REFERENCE, "depth0", "depth1", "depth2"),
     "loss": (ABLATION_REFERENCE, "clipped", "fiberpo"),
     "dph": (ABLATION_REFERENCE, "dph-js", "dph-fkl"),
@@ -219,7 +226,8 @@ def main() -> None:
     parser.add_argument("--arms", type=_names, default=["advantage"],
                         help=f"groups ({', '.join(GROUPS)}) or arm names, comma-separated (default: advantage)")
     parser.add_argument("--config", default="configs/kuhn_poker_tiny.yaml")
-    parser.add_argument("--seeds", type=_seeds, default=None, help="seeds of every arm, comma-separated (default: per arm)")
+    parser.add_argument("--seeds", type=_seeds, default=None,
+                        help="seeds of every arm, comma-separated (default: per arm)")
     parser.add_argument("--steps", type=int, default=None, help="schedule.steps of every run (default: the config's)")
     parser.add_argument("--out", type=Path, default=Path("runs/ablation"), help="parent folder of the runs")
     parser.add_argument("--results", type=Path, default=Path("docs/results/ablation"), help="folder of summaries")

@@ -30,7 +30,7 @@ from strat.eval.stats import wilson_interval
 
 SUMMARY_VERSION = 1
 ABLATION = "ablation"
-"""The results section of bench/ablation.py's runs, one per arm and seed."""
+"""The results section of experiments/which_parts_of_strat_reasoner_help/ablation.py's runs, one per arm and seed."""
 ABLATION_REFERENCE = "hybrid"
 """The arm the ablation table pairs every other arm with: Strat-Reasoner as configured, with the hybrid advantage."""
 NO_RUNS = "No run summarised yet.\n"

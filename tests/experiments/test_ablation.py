@@ -26,35 +26,38 @@ def ablation():
 
 
 def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
-    def settings(name: str) -> tuple[str, float, int, str, str, bool, str, str, str]:
+    def settings(name: str) -> tuple[str, float, int, str, str, bool, str, str, str, str]:
         (arm,) = [a for a in ablation.ARMS if a.name == name]
         config = load_config(ROOT / KUHN, list(arm.overrides))
         algorithm = config.algorithm
         return (algorithm.advantage_mode, algorithm.lam, config.reasoning.depth, algorithm.policy_loss,
                 algorithm.dph_divergence, config.comparison.skip_forced, config.comparison.prediction_target,
-                config.comparison.belief_target, algorithm.credit)
+                config.comparison.belief_target, algorithm.credit, algorithm.process_baseline)
 
     # The Kuhn config itself: hybrid, lam 0.5, depth 1, the clipped loss, no DPH-RL, forced moves scored.
     expected = {
-        "hybrid": ("hybrid", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response"),
-        "outcome": ("outcome", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response"),
-        "process": ("process", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response"),
-        "hybrid-lam0.25": ("hybrid", 0.25, 1, "clipped", "none", False, "sampled", "truth", "response"),
-        "skip-forced": ("hybrid", 0.5, 1, "clipped", "none", True, "sampled", "truth", "response"),
-        "targets": ("hybrid", 0.5, 1, "clipped", "none", False, "policy", "posterior", "response"),
-        "targets-segment": ("hybrid", 0.5, 1, "clipped", "none", False, "policy", "posterior", "segment"),
-        "depth0": ("hybrid", 0.5, 0, "clipped", "none", False, "sampled", "truth", "response"),
-        "depth1": ("hybrid", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response"),
-        "depth2": ("hybrid", 0.5, 2, "clipped", "none", False, "sampled", "truth", "response"),
-        "clipped": ("hybrid", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response"),
-        "fiberpo": ("hybrid", 0.5, 1, "fiberpo", "none", False, "sampled", "truth", "response"),
-        "dph-js": ("hybrid", 0.5, 1, "clipped", "js", False, "sampled", "truth", "response"),
-        "dph-fkl": ("hybrid", 0.5, 1, "clipped", "forward_kl", False, "sampled", "truth", "response"),
+        "hybrid": ("hybrid", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
+        "outcome": ("outcome", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
+        "process": ("process", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
+        "hybrid-lam0.25": ("hybrid", 0.25, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
+        "skip-forced": ("hybrid", 0.5, 1, "clipped", "none", True, "sampled", "truth", "response", "group"),
+        "targets": ("hybrid", 0.5, 1, "clipped", "none", False, "policy", "posterior", "response", "group"),
+        "targets-segment": ("hybrid", 0.5, 1, "clipped", "none", False, "policy", "posterior", "segment", "group"),
+        "targets-state": ("hybrid", 0.5, 1, "clipped", "none", False, "policy", "posterior", "response", "state"),
+        "targets-segment-state": ("hybrid", 0.5, 1, "clipped", "none", False, "policy", "posterior", "segment",
+                                  "state"),
+        "depth0": ("hybrid", 0.5, 0, "clipped", "none", False, "sampled", "truth", "response", "group"),
+        "depth1": ("hybrid", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
+        "depth2": ("hybrid", 0.5, 2, "clipped", "none", False, "sampled", "truth", "response", "group"),
+        "clipped": ("hybrid", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
+        "fiberpo": ("hybrid", 0.5, 1, "fiberpo", "none", False, "sampled", "truth", "response", "group"),
+        "dph-js": ("hybrid", 0.5, 1, "clipped", "js", False, "sampled", "truth", "response", "group"),
+        "dph-fkl": ("hybrid", 0.5, 1, "clipped", "forward_kl", False, "sampled", "truth", "response", "group"),
     }
     assert {arm.name: settings(arm.name) for arm in ablation.ARMS} == expected
     assert all("hybrid" in ablation.GROUPS[group] for group in ablation.GROUPS)
     assert {a.name: a.seeds for a in ablation.ARMS if len(a.seeds) == 5} == dict.fromkeys(
-        ("hybrid", "outcome", "targets", "targets-segment"), (0, 1, 2, 3, 4))
+        ("hybrid", "outcome", "targets", "targets-segment", "targets-state", "targets-segment-state"), (0, 1, 2, 3, 4))
     assert [a.name for a in ablation.select_arms(["loss", "depth0"])] == ["hybrid", "depth0", "clipped", "fiberpo"]
     with pytest.raises(UserError, match="--arms depth3: no such group or arm"):
         ablation.select_arms(["depth3"])
@@ -63,11 +66,14 @@ def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
 def test_the_plan_pairs_seeds_and_shares_the_runs_of_identical_arms(ablation, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
     runs = ablation.plan_runs(KUHN, ablation.select_arms(["all"]), tmp_path / "runs", tmp_path / "results")
-    # hybrid, outcome, targets and targets-segment on 5 seeds, the 10 other arms on 3: 50 runs; depth1 and clipped are
-    # the Kuhn config as it is, so their 2 x 3 runs are hybrid's: 44 to train.
-    assert len(runs) == 50 and len({run.config.run_dir for run in runs}) == 44
+    # hybrid, outcome and the four targets arms on 5 seeds, the 10 other arms on 3: 60 runs; depth1 and clipped are
+    # the Kuhn config as it is, so their 2 x 3 runs are hybrid's: 54 to train.
+    assert len(runs) == 60 and len({run.config.run_dir for run in runs}) == 54
     assert [(r.arm, r.seed) for r in runs[:3]] == [("hybrid", 0), ("outcome", 0), ("process", 0)]
-    assert [(r.arm, r.seed) for r in runs[-3:]] == [("outcome", 4), ("targets", 4), ("targets-segment", 4)]
+    assert [(r.arm, r.seed) for r in runs[-3:]] == [("targets-segment", 4), ("targets-state", 4),
+                                                    ("targets-segment-state", 4)]
+    assert [a.name for a in ablation.select_arms(["state"])] == ["hybrid", "outcome", "targets-state",
+                                                                "targets-segment-state"]
     (depth1,) = [r for r in runs if r.arm == "depth1" and r.seed == 1]
     assert depth1.config.run_dir == tmp_path / "runs" / "hybrid-seed1"
     assert depth1.summary == tmp_path / "results" / "kuhn_poker_tiny-depth1-seed1.json"
@@ -78,7 +84,7 @@ def test_the_plan_pairs_seeds_and_shares_the_runs_of_identical_arms(ablation, tm
     depths = {r.arm: r.config.reasoning.depth for r in old if r.seed == 0}
     assert depths == {**{arm.name: 2 for arm in ablation.ARMS}, "depth0": 0, "depth1": 1}
     (depth2,) = [r for r in old if r.arm == "depth2" and r.seed == 1]
-    assert depth2.config.run_dir == tmp_path / "runs" / "hybrid-seed1" and len({r.config.run_dir for r in old}) == 44
+    assert depth2.config.run_dir == tmp_path / "runs" / "hybrid-seed1" and len({r.config.run_dir for r in old}) == 54
     (fiberpo,) = [r for r in ablation.plan_runs(KUHN, ablation.select_arms(["fiberpo"]), tmp_path / "runs",
                                                 tmp_path / "results", seeds=[7], steps=4, overrides=["eval.games=50"])]
     assert fiberpo.overrides == ("eval.games=50", "schedule.steps=4", "algorithm.advantage_mode=hybrid",
