@@ -450,10 +450,11 @@ class AlgorithmConfig(_Section):
     With `advantage_mode: outcome` both give the same advantages; with `process` only the scored sections learn."""
     process_baseline: Literal["group", "state"] = "group"
     """What a turn's process score is compared with before it becomes an advantage: `group`, the comparable turns of
-    its group and seat, at whatever information state; `state`, the step's turns of the same seat at the same
-    information state (the game's `info_state_string`), so that a response is paid for reasoning better than the
-    others in its position rather than for steering into positions where the other agents are easy to read. Turns
-    of a game without information-state strings are compared within their group; a turn alone at its state gets 0."""
+    its group and seat, in whatever position; `state`, the step's turns of the same seat in the same position as the
+    central comparator sees it (the acting agent's information state and the other agents' private information), so
+    that a response is paid for reasoning better than the others in its position rather than for steering into
+    positions where the other agents are easy to read, or for the deal. Turns without a recorded information state
+    are compared within their group; a turn alone in its position gets 0."""
     zero_spread: Literal["keep", "drop", "resample"] = "keep"
     """Groups whose outcomes are all equal: keep them, drop them from the update (when their advantages are all
     zero), or `resample`: play freshly dealt groups in their place, keeping those with spread."""

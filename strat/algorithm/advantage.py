@@ -55,9 +55,10 @@ class AdvantageConfig:
     segment, each section's process term is scaled by its component's weight."""
     process_baseline: ProcessBaseline = "group"
     """What a turn's process score is compared with: `group`, the comparable turns of its statistics group (group,
-    seat), whatever their information states; `state`, the step's comparable turns of the same seat at the same
-    information state (`Turn.info_state`), so that a response is paid for reasoning better than the others in its
-    position, not for reaching a position where the other agents are easy to read (`state_process_terms`)."""
+    seat), whatever their positions; `state`, the step's comparable turns of the same seat in the same position as
+    the central comparator sees it (the acting agent's `Turn.info_state` and the other agents' private information),
+    so that a response is paid for reasoning better than the others in its position, not for reaching a position
+    where the other agents are easy to read, nor for the deal (`state_process_terms`)."""
 
     def __post_init__(self) -> None:
         if self.credit not in ("response", "segment"):
@@ -190,11 +191,12 @@ WHOLE = "score"
 def state_process_terms(
     episodes: Sequence[ScoredEpisode], per_role: bool, eps: float
 ) -> dict[str, dict[TurnKey, float]]:
-    """The process terms with the information-state baseline (`process_baseline: state`), for every comparable ego
-    turn of the step: the whole score (key `WHOLE`) and each component of `SCORED_SECTIONS` the turn was scored on,
-    each normalised (`normalise`) over the step's turns of the same game, seat (with `per_role`) and information
-    state that have it. A turn whose information state is unknown ("") is compared with its statistics group's such
-    turns instead; a turn alone at its state gets 0."""
+    """The process terms with the state baseline (`process_baseline: state`), for every comparable ego turn of the
+    step: the whole score (key `WHOLE`) and each component of `SCORED_SECTIONS` the turn was scored on, each
+    normalised (`normalise`) over the step's turns that have it in the same game, seat (with `per_role`) and position:
+    the acting agent's information state and the other agents' private information (`Episode.private_info`), the
+    state the central comparator scores against. A turn whose information state is unknown ("") is compared with its
+    statistics group's such turns instead; a turn alone in its position gets 0."""
     buckets: dict[str, dict[tuple[str, ...], list[tuple[TurnKey, float]]]] = {WHOLE: {}}
     buckets.update({component: {} for component in SCORED_SECTIONS})
     for scored in episodes:
@@ -205,7 +207,8 @@ def state_process_terms(
                 score = scored.score_of(turn.turn_index)
                 if score is None or not score.comparable:
                     continue
-                where = ("state", episode.game, role, turn.info_state) if turn.info_state else \
+                others = tuple(sorted((who, what) for who, what in episode.private_info.items() if who != agent))
+                where = ("state", episode.game, role, turn.info_state, others) if turn.info_state else \
                     ("group", episode.group_id, role)
                 key = (episode.episode_id, agent, turn.turn_index)
                 buckets[WHOLE].setdefault(where, []).append((key, score.score))

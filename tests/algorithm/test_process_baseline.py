@@ -1,6 +1,7 @@
-"""The information-state baseline of the process term (`algorithm.process_baseline: state`): a turn's process score
-is compared with the step's turns of the same seat at the same information state, not with its group's turns at
-whatever state, so reaching a position where the opponent is easy to read pays nothing by itself."""
+"""The state baseline of the process term (`algorithm.process_baseline: state`): a turn's process score is compared
+with the step's turns of the same seat in the same position (its information state and the other agents' private
+information), not with its group's turns in whatever position, so reaching a position where the opponent is easy to
+read pays nothing by itself."""
 
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ SPANS = (("plan", 0, 1), ("predict", 1, 2), ("action", 2, 3))
 """Three response tokens: <plan>, <predict>, <action>."""
 
 
-def _one(name: str, group: str, state: str, ret: float, predict: float) -> ScoredEpisode:
-    """An episode with one ego turn (player_0) at information state `state`, scored on its prediction alone."""
+def _one(name: str, group: str, state: str, ret: float, predict: float, their_card: str = "") -> ScoredEpisode:
+    """An episode with one ego turn (player_0) at information state `state`, scored on its prediction alone;
+    `their_card`, player_1's private information, where it is recorded."""
     ego_turn = dataclasses.replace(turn("player_0", 0, episode_id=name), info_state=state, section_spans=SPANS)
-    ep = episode(name, group, [ego_turn], {"player_0": ret, "player_1": -ret})
+    private = {"player_0": "K", "player_1": their_card} if their_card else None
+    ep = episode(name, group, [ego_turn], {"player_0": ret, "player_1": -ret}, private_info=private)
     return ScoredEpisode(ep, (TurnScore("player_0", 0, predict, None, None, predict, True),))
 
 
@@ -73,6 +76,16 @@ def test_a_turn_alone_at_its_state_gets_no_process_term_and_an_unknown_state_fal
     assert terms["score"] == pytest.approx({("a", "player_0", 0): 0.0, ("b", "player_0", 0): 1.0,
                                             ("c", "player_0", 0): -1.0})
     assert terms["predict"] == terms["score"] and terms["belief"] == {} and terms["agreement"] == {}
+
+
+def test_the_same_information_state_against_other_private_information_is_another_position() -> None:
+    # player_0 holds the King and sees the same history in all four; what player_1 holds decides what its policy
+    # will do, so the turns are compared within (Q: 0.9 and 0.5) and (J: 0.3 and 0.1), not across the deal.
+    step = [_one("a", "g1", "K", 1.0, 0.9, "Q"), _one("b", "g2", "K", -1.0, 0.5, "Q"),
+            _one("c", "g3", "K", 1.0, 0.3, "J"), _one("d", "g4", "K", -1.0, 0.1, "J")]
+    terms = state_process_terms(step, per_role=True, eps=0.0)["score"]
+    assert terms == pytest.approx({("a", "player_0", 0): 1.0, ("b", "player_0", 0): -1.0,
+                                   ("c", "player_0", 0): 1.0, ("d", "player_0", 0): -1.0})
 
 
 def test_segment_credit_uses_the_state_terms_on_the_predict_tokens_only() -> None:
