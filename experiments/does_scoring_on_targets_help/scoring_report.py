@@ -25,8 +25,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from strat.eval.stats import mean_interval
-from strat.eval.summaries import ablation_section, load_summaries
+from strat.eval.summaries import ablation_section, load_summaries, seed_interval
 
 COLUMNS = (
     ("var sampled", "cot/score_var_sampled"),
@@ -58,11 +57,10 @@ def run_means(run_dir: Path) -> dict[str, float]:
 def cell(values: Sequence[float], digits: int) -> str:
     if not values:
         return "-"
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return f"{mean:.{digits}f}"
-    low, high = mean_interval(values)
-    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+    figure = seed_interval(values)
+    if figure.low is None or figure.high is None:
+        return f"{figure.value:.{digits}f}"
+    return f"{figure.value:.{digits}f} [{figure.low:.{digits}f}, {figure.high:.{digits}f}]"
 
 
 def diagnostics_table(runs: Path, arms: Sequence[str]) -> str:
@@ -87,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not summaries:
         print(f"no summaries in {args.summaries}", file=sys.stderr)
         return 1
-    print(ablation_section(summaries, reference="outcome"))
+    print(ablation_section(summaries, reference="outcome", where=f"{args.summaries}/"))
     print()
     print(diagnostics_table(args.runs, args.arms.split(",")))
     return 0

@@ -298,7 +298,7 @@ _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
 """Student's t 97.5% quantile by degrees of freedom (two-sided 95%)."""
 
 
-def _mean_interval(values: Sequence[float]) -> Figure:
+def seed_interval(values: Sequence[float]) -> Figure:
     """Mean over seeds with a t-based 95% interval (normal beyond 30 values)."""
     n = len(values)
     mean = sum(values) / n
@@ -374,7 +374,7 @@ def _across_games(by_game: dict[str, list[RunSummary]], references: dict[str, Re
         return []
     lines = ["### All games", "",
              "| game | seeds | normalised return gain vs heuristic (trained - warm start) |", "|---|---|---|"]
-    figures = {label: _mean_interval(gains) for label, gains in counted.items()}
+    figures = {label: seed_interval(gains) for label, gains in counted.items()}
     for label, figure in figures.items():
         lines.append(f"| {label} | {len(counted[label])} | {figure.text(signed=True)} |")
     n = len(figures)
@@ -398,11 +398,11 @@ def _game_summary(label: str, runs: Sequence[RunSummary], reference: Reference |
     if not all("heuristic" in r.before.win_rate_vs and "heuristic" in r.after.win_rate_vs for r in runs):
         return ["No summary row: the heuristic opponent was not played at both evaluations.", ""]
     gains = [r.after.win_rate_vs["heuristic"].value - r.before.win_rate_vs["heuristic"].value for r in runs]
-    row = [label, str(len(runs)), _mean_interval(gains).text(percent=True, signed=True)]
+    row = [label, str(len(runs)), seed_interval(gains).text(percent=True, signed=True)]
     if reference is not None:
         for ev in ("before", "after"):
             values = [normalised_return(getattr(r, ev).return_vs["heuristic"].value, reference) for r in runs]
-            row.append("n/a" if None in values else _mean_interval([v for v in values if v is not None]).text())
+            row.append("n/a" if None in values else seed_interval([v for v in values if v is not None]).text())
         note = (f"Normalised return against the heuristic player: (R - R_random) / (R_heuristic - R_random), with"
                 f" R_random = {reference.random:+.3f} and R_heuristic = {reference.heuristic:+.3f} the mean returns of"
                 " the uniform random and the heuristic player against it (scripted, 20,000 games, seats alternating).")
@@ -415,9 +415,11 @@ def _game_summary(label: str, runs: Sequence[RunSummary], reference: Reference |
             "Means over seeds with t-based 95% intervals.", ""]
 
 
-def ablation_section(summaries: Sequence[RunSummary], reference: str = ABLATION_REFERENCE) -> str:
+def ablation_section(summaries: Sequence[RunSummary], reference: str = ABLATION_REFERENCE,
+                     where: str = "docs/results/ablation/") -> str:
     """The ablation section: a table per config and step count, a row per arm with its final figures over seeds and,
-    beside each, the paired difference from the `reference` arm over the seeds both ran."""
+    beside each, the paired difference from the `reference` arm over the seeds both ran; `where` is the folder the
+    summaries are kept in, named above the commands."""
     lines: list[str] = []
     by_setting: dict[tuple[str, int], list[RunSummary]] = {}
     for summary in summaries:
@@ -447,7 +449,7 @@ def ablation_section(summaries: Sequence[RunSummary], reference: str = ABLATION_
                 " same seed (the same warm start and evaluation deals), averaged over the n seeds both ran, with a"
                 " t-based 95% interval. Format valid: the share of well-formed responses with a legal move at the last"
                 " training step; tokens per step: generated tokens per training step; both means over seeds.")
-        lines += ["", note, "", "Commands (each run's summary is in `docs/results/ablation/`):", ""]
+        lines += ["", note, "", f"Commands (each run's summary is in `{where}`):", ""]
         for arm in sorted(by_arm, key=lambda name: (name != reference, name)):
             for seed, run in sorted(by_arm[arm].items()):
                 lines.append(f"- {arm}, seed {seed}: `{run.command}` (commit {run.commit}, {run.date}"
@@ -470,7 +472,7 @@ def _over_seeds(values: Sequence[float | None], signed: bool) -> str:
     present = [v for v in values if v is not None]
     if not present:
         return "n/a"
-    text = _mean_interval(present).text(signed=signed)
+    text = seed_interval(present).text(signed=signed)
     return text if len(present) == len(values) else f"{text} ({len(present)} of {len(values)} seeds)"
 
 
@@ -484,7 +486,7 @@ def _paired_difference(arm: dict[int, RunSummary], reference: dict[int, RunSumma
             differences.append(mine - theirs)
     if not differences:
         return "n/a"
-    return f"{_mean_interval(differences).text(signed=True)} (n={len(differences)})"
+    return f"{seed_interval(differences).text(signed=True)} (n={len(differences)})"
 
 
 _MARK = "<!-- results:{section}:{end} -->"

@@ -34,5 +34,7 @@ def test_each_arm_averages_its_steps_then_its_seeds(report, tmp_path: Path) -> N
     assert report.run_means(tmp_path / "targets-seed0") == pytest.approx(
         {"cot/score_var_sampled": 0.3, "cot/score_var_target": 0.1, "time/step_s": 11.0, "tokens": 500.0})
     table = report.diagnostics_table(tmp_path, ["targets", "outcome"]).splitlines()
-    assert table[2].startswith("| targets | 2 | 0.200 [") and "| 0.075 [" in table[2]
+    # Seed means 0.3 and 0.1: mean 0.2, sd 0.1414; t(1) = 12.706, half-width 12.706 * 0.1414 / sqrt(2) = 1.271.
+    # 0.1 and 0.05: mean 0.075, sd 0.0354, half-width 0.318.
+    assert table[2].startswith("| targets | 2 | 0.200 [-1.071, 1.471] | 0.075 [-0.243, 0.393] |"), table[2]
     assert table[3] == "| outcome | 0 | " + " | ".join(["-"] * 8) + " |"
