@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, required=True, help="the ablation's --out folder")
     parser.add_argument("--summaries", type=Path, required=True, help="the ablation's --results folder")
-    parser.add_argument("--arms", default="outcome,hybrid,targets,targets-segment")
+    parser.add_argument("--arms", default="outcome,hybrid,targets,targets-segment,targets-state,targets-segment-state")
     args = parser.parse_args(argv)
     summaries = load_summaries(args.summaries)
     if not summaries:
