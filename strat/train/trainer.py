@@ -34,10 +34,10 @@ from strat.context_check import check_context, context_summary
 from strat.errors import ConfigError, RunAborted
 from strat.eval.exploitability import VALIDITY_FLOOR, ExploitabilityEstimate, exploitable
 from strat.eval.stats import mean_interval
+from strat.faults import injected_steps
 from strat.model import checkpoint
 from strat.model.warmstart import ensure_warm
 from strat.sync.fingerprint import WeightsTag
-from strat.train.faults import injected_steps
 from strat.train.fleet import Fleet, Share, actor_died
 from strat.train.metrics import EpisodeLedger, MetricsLog, PhaseTimer, truncate_after
 from strat.train.ray_node import start_ray

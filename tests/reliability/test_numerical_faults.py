@@ -9,8 +9,8 @@ import torch
 
 from strat.algorithm.records import TrainBatch, TrainSample
 from strat.errors import RunAborted
+from strat.faults import injected_steps
 from strat.train import metrics
-from strat.train.faults import injected_steps
 from strat.train.learner import LearnerSettings, PolicyLearner
 from strat.train.trainer import Trainer
 
