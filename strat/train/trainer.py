@@ -37,21 +37,16 @@ from strat.eval.stats import mean_interval
 from strat.faults import injected_steps
 from strat.model import checkpoint
 from strat.model.warmstart import ensure_warm
+from strat.play.rollout import derive_seed, plan_groups
+from strat.play.settings import rollout_settings, target_settings
 from strat.sync.fingerprint import WeightsTag
 from strat.train.fleet import Fleet, Share, actor_died
 from strat.train.metrics import EpisodeLedger, MetricsLog, PhaseTimer, truncate_after
 from strat.train.ray_node import start_ray
 from strat.train.rehearsal import REHEARSAL_ROUNDS, episode_samples, load_rehearsal, save_rehearsal
 from strat.train.resume import read_overrides, resume_with_overrides
-from strat.train.rollout import derive_seed, plan_groups
 from strat.train.rollout_record import Rollout, rollout_from_json, rollout_to_json
-from strat.train.settings import (
-    advantage_config,
-    base_model_path,
-    rollout_settings,
-    target_settings,
-    warm_start_settings,
-)
+from strat.train.settings import advantage_config, base_model_path, warm_start_settings
 from strat.train.tracking import open_tracker
 from strat.train.transcripts import render_transcripts
 

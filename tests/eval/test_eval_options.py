@@ -20,7 +20,7 @@ from strat.config import load_config, save_resolved
 from strat.engines.base import SamplingParams
 from strat.errors import ConfigError
 from strat.eval.policies import LLMPolicy, ReasoningOverrides, load_policy
-from strat.train.rollout import llm_move
+from strat.play.rollout import llm_move
 
 
 def _args(**kwargs) -> dict:
