@@ -95,7 +95,7 @@ def export_run(run_dir: Path, out: Path, step: int | None = None) -> Exported:
         _write_generation_config(ckpt.path, staging, tokenizer, config)
         sidecar.write(sidecar.PlaySettings.from_config(config, ckpt.step), staging)
         sample = card.example(run_dir, config, ckpt.step, tokenizer)
-        from strat.train import metrics  # deferred with the rest: TensorBoard's writer comes along
+        from strat import metrics  # deferred with the rest: TensorBoard's writer comes along
         from strat.train.resume import read_overrides
 
         records = metrics.read_for_report(run_dir)  # the card goes on past unreadable lines, and says how many

@@ -35,13 +35,13 @@ from strat.errors import ConfigError, RunAborted
 from strat.eval.exploitability import VALIDITY_FLOOR, ExploitabilityEstimate, exploitable
 from strat.eval.stats import mean_interval
 from strat.faults import injected_steps
+from strat.metrics import EpisodeLedger, MetricsLog, PhaseTimer, truncate_after
 from strat.model import checkpoint
 from strat.model.warmstart import ensure_warm
 from strat.play.rollout import derive_seed, plan_groups
 from strat.play.settings import rollout_settings, target_settings
 from strat.sync.fingerprint import WeightsTag
 from strat.train.fleet import Fleet, Share, actor_died
-from strat.train.metrics import EpisodeLedger, MetricsLog, PhaseTimer, truncate_after
 from strat.train.ray_node import start_ray
 from strat.train.rehearsal import REHEARSAL_ROUNDS, episode_samples, load_rehearsal, save_rehearsal
 from strat.train.resume import read_overrides, resume_with_overrides

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from strat import metrics
 from strat.cluster.storage import NONCE_PREFIX
-from strat.train import metrics
 from tests.reliability.conftest import DEFAULT, small_overrides
 
 from .ray_nodes import start_head

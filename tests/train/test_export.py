@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import games
-from strat import cli
+from strat import cli, metrics
 from strat.algorithm.reasoning import build_messages
 from strat.config import load_config, save_resolved
 from strat.engines import SamplingParams, build_engine
@@ -27,7 +27,6 @@ from strat.eval.policies import PolicyInfo, ReasoningOverrides, load_policy
 from strat.model import checkpoint
 from strat.model.build import LoraSettings
 from strat.model.export import export_run
-from strat.train import metrics
 from strat.train.learner import LearnerSettings, PolicyLearner
 from strat.train.resume import OverrideChange, ResumeOverrides
 from strat.train.trainer import Trainer
