@@ -24,10 +24,10 @@ from strat.config import TINY_WARM_START_LR, ExperimentConfig
 from strat.model import hub
 from strat.model.build import LoraSettings
 from strat.model.tiny import TinyModelSettings, resolve_model_path
-from strat.model.warmstart import WarmStartSettings
 from strat.play.settings import engine_settings
 from strat.train.agreement_models import AgreementSettings
 from strat.train.learner import LearnerSettings
+from strat.train.warmstart import WarmStartSettings
 
 
 def learner_settings(config: ExperimentConfig) -> LearnerSettings:
