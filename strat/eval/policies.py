@@ -21,9 +21,10 @@ from strat.config import ExperimentConfig, from_dict
 from strat.engines import build_engine
 from strat.engines.base import Generation, SamplingParams
 from strat.errors import ConfigError
+from strat.eval import sidecar
 from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability, exact_estimate
 from strat.model import checkpoint as checkpoints
-from strat.model import hub, sidecar
+from strat.model import hub
 from strat.play.rollout import (
     Encode,
     Generate,

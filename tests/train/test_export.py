@@ -24,9 +24,9 @@ from strat.engines import SamplingParams, build_engine
 from strat.engines.base import stop_token_ids
 from strat.errors import ConfigError
 from strat.eval.policies import PolicyInfo, ReasoningOverrides, load_policy
+from strat.export.export import export_run
 from strat.model import checkpoint
 from strat.model.build import LoraSettings
-from strat.model.export import export_run
 from strat.train.learner import LearnerSettings, PolicyLearner
 from strat.train.resume import OverrideChange, ResumeOverrides
 from strat.train.trainer import Trainer

@@ -18,7 +18,9 @@ import yaml
 
 from strat.config import ExperimentConfig, from_dict
 from strat.errors import UserError
-from strat.model import card, checkpoint, sidecar
+from strat.eval import sidecar
+from strat.export import card
+from strat.model import checkpoint
 from strat.model.safetensors_io import write_safetensors
 
 _FLOAT_WIDTH = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
