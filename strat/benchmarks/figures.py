@@ -60,7 +60,8 @@ from strat.benchmarks.results import (
     steady_steps,
     step_record,
 )
-from strat.config import ExperimentConfig, OpponentConfig, load_config
+from strat.config import ExperimentConfig, OpponentConfig
+from strat.config_loading import load_config
 from strat.engines import EngineSettings, SamplingParams
 from strat.model import tiny as tiny_model
 from strat.model.tiny import TinyModelSettings

@@ -17,7 +17,8 @@ import games
 from games.base import TextGameEnv
 from games.opponents import Opponent, make_opponent, opponent_names
 from strat.algorithm.records import Episode
-from strat.config import ExperimentConfig, from_dict
+from strat.config import ExperimentConfig
+from strat.config_loading import from_dict
 from strat.engines import build_engine
 from strat.engines.base import Generation, SamplingParams
 from strat.errors import ConfigError

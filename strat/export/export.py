@@ -16,7 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from strat.config import ExperimentConfig, from_dict
+from strat.config import ExperimentConfig
+from strat.config_loading import from_dict
 from strat.errors import UserError
 from strat.eval import sidecar
 from strat.export import card

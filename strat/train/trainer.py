@@ -29,7 +29,8 @@ from strat.algorithm.advantage import (
 )
 from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
 from strat.algorithm.targets import TargetSettings
-from strat.config import ExperimentConfig, OpponentConfig, held_out_opponents, load_config, save_resolved
+from strat.config import ExperimentConfig, OpponentConfig, held_out_opponents, save_resolved
+from strat.config_loading import load_config
 from strat.errors import ConfigError, RunAborted
 from strat.eval.exploitability import VALIDITY_FLOOR, ExploitabilityEstimate, exploitable
 from strat.eval.stats import mean_interval

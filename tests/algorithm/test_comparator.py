@@ -13,7 +13,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from strat.algorithm.comparison import AgreementPair, ComparisonWeights, judge_messages
 from strat.algorithm.records import NO_SCORE
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import EngineSettings
 from strat.play.settings import engine_settings
 from strat.train.agent_actor import AgentActor

@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from strat.algorithm import reference
 from strat.algorithm.advantage import compute_advantages
 from strat.algorithm.comparison import ComparisonWeights, score_episodes
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import build_engine
 from strat.play.rollout import RolloutRunner, derive_seed, plan_groups
 from strat.play.settings import rollout_settings

@@ -197,7 +197,7 @@ def test_targets_and_seats_survive_a_checkpointed_rollout() -> None:
 @pytest.mark.parametrize("seeded", [True, False])
 def test_rollouts_sample_with_per_request_seeds_unless_told_not_to(seeded: bool) -> None:
     """`run.deterministic_rollouts: false` sends the games' generations without a seed."""
-    from strat.config import load_config
+    from strat.config_loading import load_config
     from strat.play.settings import rollout_settings
 
     config = load_config(None, [f"run.deterministic_rollouts={str(seeded).lower()}"])

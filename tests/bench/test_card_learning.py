@@ -10,7 +10,7 @@ import pytest
 
 import games
 from games.kuhn_poker import BET, PASS
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import Generation, SamplingParams, build_engine
 from strat.train.learner import PolicyLearner
 from strat.train.settings import learner_settings, warm_start_settings

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from strat import metrics
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.model import checkpoint
 from tests.reliability.conftest import DEFAULT, small_overrides
 from tests.reliability.test_actor_faults import _check_ledger

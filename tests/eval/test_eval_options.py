@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 import games
 from strat.cli.eval import eval_command
-from strat.config import load_config, save_resolved
+from strat.config import save_resolved
+from strat.config_loading import load_config
 from strat.engines.base import SamplingParams
 from strat.errors import ConfigError
 from strat.eval.policies import LLMPolicy, ReasoningOverrides, load_policy

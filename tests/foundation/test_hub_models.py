@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from strat import cli, metrics
 from strat.cluster import jobs
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import SamplingParams, build_engine
 from strat.model import hub
 from strat.play.settings import engine_settings

@@ -8,7 +8,7 @@ import ray
 
 from strat import metrics
 from strat.algorithm.records import TrainSample
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import SamplingParams
 from strat.train.trainer import Trainer
 

@@ -19,7 +19,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import games
 from strat import cli, metrics
 from strat.algorithm.reasoning import build_messages
-from strat.config import load_config, save_resolved
+from strat.config import save_resolved
+from strat.config_loading import load_config
 from strat.engines import SamplingParams, build_engine
 from strat.engines.base import stop_token_ids
 from strat.errors import ConfigError

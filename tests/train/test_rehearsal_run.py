@@ -9,7 +9,7 @@ import pytest
 import ray
 
 from strat import metrics
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.errors import ConfigError
 from strat.train import rehearsal
 from strat.train.trainer import Trainer
