@@ -41,7 +41,7 @@ from strat.process_env import apply_defaults
 apply_defaults()  # one OpenMP thread and quiet logs, before torch or vLLM is imported (`import strat` sets nothing)
 
 from strat.algorithm.records import TrainSample  # noqa: E402
-from strat.config import load_config  # noqa: E402
+from strat.config_loading import load_config  # noqa: E402
 from strat.train.learner import PolicyLearner  # noqa: E402
 from strat.train.settings import base_model_path, learner_settings  # noqa: E402
 

@@ -52,7 +52,8 @@ apply_defaults()  # one OpenMP thread and quiet logs, before torch or vLLM is im
 from strat.algorithm.reasoning import build_messages  # noqa: E402
 from strat.benchmarks.figures import BenchContext, BenchSizes, machine_info, training_run  # noqa: E402
 from strat.benchmarks.monitor import LoadMonitor  # noqa: E402
-from strat.config import ExperimentConfig, load_config  # noqa: E402
+from strat.config import ExperimentConfig  # noqa: E402
+from strat.config_loading import load_config  # noqa: E402
 from strat.engines.base import chat_messages, chat_prompt_ids  # noqa: E402
 from strat.eval.exploitability import decision_states, env_at  # noqa: E402
 from strat.train.ray_node import start_ray  # noqa: E402

@@ -1,10 +1,10 @@
 # Over 500 lines: the whole schema, one class per config section with its checks, in one place.
-"""The experiment configuration: a typed schema, YAML loading, `key.sub=value` overrides."""
+"""The experiment configuration: a typed schema with its checks, the `key.sub=value` override syntax, and the resolved
+config written as YAML. No network access: loading a file, with its Hub names pinned to their commits, is
+`strat.config_loading`'s."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -649,10 +649,6 @@ class ExperimentConfig(_Section):
         return Path(self.run.output_dir) / self.run.name
 
 
-SyncMode = Literal["object_store", "directory", "collective"]
-"""A weight-sync path with `auto` resolved (`strat.sync.weights` carries it out)."""
-
-
 def engine_is_multiprocess(config: ExperimentConfig) -> bool:
     """Whether the agents' engines run multi-process: vllm with multiprocess=true, tensor
     parallelism, or on GPUs (CUDA vLLM always runs its engine core in other processes)."""
@@ -660,26 +656,6 @@ def engine_is_multiprocess(config: ExperimentConfig) -> bool:
     if engine.backend != "vllm":
         return False
     return engine.multiprocess or engine.tensor_parallel_size > 1 or config.resources.gpus_per_agent > 0
-
-
-def resolve_weight_sync(config: ExperimentConfig) -> SyncMode:
-    """`engine.weight_sync` with `auto` resolved: directory for multi-process engines, else object_store
-    (`collective` is only ever chosen explicitly)."""
-    mode = config.engine.weight_sync
-    if mode != "auto":
-        return mode
-    return "directory" if engine_is_multiprocess(config) else "object_store"
-
-
-def resolve_collective_backend(config: ExperimentConfig) -> Literal["nccl", "gloo"]:
-    """`engine.collective_backend` with `auto` resolved: nccl when the learner and the agents' vLLM workers run on
-    whole GPUs (NCCL needs a GPU in every member, and no two members on one), else gloo."""
-    backend = config.engine.collective_backend
-    if backend != "auto":
-        return backend
-    res = config.resources
-    whole = res.gpus_learner >= 1 and res.gpus_per_agent >= 1
-    return "nccl" if whole and learner_on_gpu(config) and agents_on_gpu(config) else "gloo"
 
 
 def learner_on_gpu(config: ExperimentConfig) -> bool:
@@ -693,9 +669,10 @@ def agents_on_gpu(config: ExperimentConfig) -> bool:
 
 
 def _check_model_path(value: str, accepted: str) -> str:
-    """A model directory that holds safetensors, or a Hub name pinned to its commit (`strat.model.hub`)."""
+    """A model directory that holds safetensors, or a Hub name (`strat.model.hub`), left as written: loading pins it
+    to its commit (`strat.config_loading`)."""
     if hub.parse(value) is not None:
-        return hub.pin(value)
+        return value
     _check_model_dir(value, accepted)
     return value
 
@@ -738,12 +715,7 @@ def _check_game_name(name: str) -> None:
         raise ValueError(f"unknown game {name!r} (allowed: {', '.join(games.names())})")
 
 
-# Options in the schema whose feature has not been built yet: refused, never silently ignored.
-# Each entry: (key path, predicate on the value that means "asks for the unbuilt feature", why).
-_NOT_BUILT: list[tuple[str, Any, str]] = []
-
-
-def _cross_check(config: ExperimentConfig) -> None:
+def cross_check(config: ExperimentConfig) -> None:
     """Checks that span sections; each error names its key."""
     if not config.game.opponents:
         raise ConfigError("game.opponents: at least one opponent is needed")
@@ -839,15 +811,6 @@ def _check_learner_ranks(resources: ResourcesConfig) -> None:
                           " one per GPU: leave learner_ranks at 1")
 
 
-def _refuse_unbuilt(config: ExperimentConfig) -> None:
-    for path, asks, why in _NOT_BUILT:
-        value: Any = config
-        for part in path.split("."):
-            value = getattr(value, part)
-        if asks(value):
-            raise ConfigError(f"{path}={value!r}: {why}")
-
-
 def parse_override(text: str) -> tuple[list[str], Any]:
     """Split `a.b=value` into a key path and a YAML-typed value."""
     if "=" not in text:
@@ -861,16 +824,6 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     except yaml.YAMLError:
         value = raw
     return parts, value
-
-
-def _apply_override(tree: dict[str, Any], parts: list[str], value: Any) -> None:
-    node = tree
-    for depth, part in enumerate(parts[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"{'.'.join(parts[: depth + 1])} is a value, not a section")
-        node = child
-    node[parts[-1]] = value
 
 
 def _format_error(err: ValidationError) -> str:
@@ -897,10 +850,12 @@ def _allowed_keys(section: type[BaseModel], parts: list[str]) -> str:
     return ", ".join(model.model_fields)
 
 
-def from_dict(tree: dict[str, Any]) -> ExperimentConfig:
-    """Validate a config tree; raises ConfigError with a one-line message."""
+def validate_tree(tree: dict[str, Any]) -> ExperimentConfig:
+    """A config tree checked section by section (each key's type and range, and each section's own checks); raises
+    ConfigError with a one-line message. The checks that span sections are `cross_check`'s:
+    `strat.config_loading.from_dict` runs both, with the Hub names pinned in between."""
     try:
-        config = ExperimentConfig.model_validate(tree)
+        return ExperimentConfig.model_validate(tree)
     except ValidationError as err:
         first = err.errors()[0]
         message = _format_error(err)
@@ -908,41 +863,6 @@ def from_dict(tree: dict[str, Any]) -> ExperimentConfig:
             allowed = _allowed_keys(ExperimentConfig, [str(p) for p in first["loc"]])
             message += f" (allowed: {allowed})"
         raise ConfigError(message) from None
-    _cross_check(config)
-    _refuse_unbuilt(config)
-    return config
-
-
-def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
-    """Load a YAML experiment file (or the defaults when path is None) and apply overrides."""
-    tree: dict[str, Any] = {}
-    if path is not None:
-        file = Path(path)
-        if not file.is_file():
-            raise ConfigError(f"config file {str(file)!r} not found")
-        try:
-            loaded = yaml.safe_load(file.read_text())
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"{file}: not valid YAML{where}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{file}: the top level must be a mapping of sections")
-        tree = loaded or {}
-    for text in overrides:
-        parts, value = parse_override(text)
-        _apply_override(tree, parts, value)
-    config = from_dict(tree)
-    _check_installed(config)
-    return config
-
-
-def _check_installed(config: ExperimentConfig) -> None:
-    """Optional packages a run asks for. Checked where a run is configured (check, train, resume), not where a saved
-    config is only read back (export, eval of a run directory)."""
-    if config.logging.wandb is not None and importlib.util.find_spec("wandb") is None:
-        raise ConfigError("logging.wandb: wandb is not installed (pip install 'strat-reasoner[wandb]', "
-                          "or unset logging.wandb)")
 
 
 def to_yaml(config: ExperimentConfig) -> str:

@@ -47,7 +47,7 @@ def warm_model_dir(tiny_model_dir: Path) -> Path:
     """The tiny Kuhn poker model warm-started on 400 games of random play for 2 epochs (follows the format, plays
     randomly); the same settings as tests/train/test_warmstart.py's and the loop tests' (tests/train/
     test_ray_training.py), so one build serves them all."""
-    from strat.model.warmstart import WarmStartSettings, ensure_warm
+    from strat.train.warmstart import WarmStartSettings, ensure_warm
 
     settings = WarmStartSettings(depth=2, epochs=2, episodes=400, max_seconds=3600)  # ~1 min idle; a busy machine
     return ensure_warm(tiny_model_dir, "kuhn_poker", settings)  # must not cut it short (it would not be cached)

@@ -46,7 +46,7 @@ from games.kuhn_poker import BET  # noqa: E402
 from strat.algorithm.advantage import AdvantageConfig, normalise  # noqa: E402
 from strat.algorithm.reasoning import build_messages, decide, parse_response  # noqa: E402
 from strat.algorithm.records import TrainSample  # noqa: E402
-from strat.config import load_config  # noqa: E402
+from strat.config_loading import load_config  # noqa: E402
 from strat.engines import Engine, Generation, SamplingParams, build_engine  # noqa: E402
 from strat.eval.exploitability import decision_states, env_at  # noqa: E402
 from strat.train.learner import PolicyLearner  # noqa: E402

@@ -33,9 +33,9 @@ import torch  # noqa: E402
 
 import games  # noqa: E402
 from strat.algorithm.reasoning import build_messages  # noqa: E402
-from strat.config import load_config  # noqa: E402
-from strat.model.warmstart import templated_response  # noqa: E402
+from strat.config_loading import load_config  # noqa: E402
 from strat.train.trainer import Trainer  # noqa: E402
+from strat.train.warmstart import templated_response  # noqa: E402
 
 GAME = "tic_tac_toe"
 CELLS = tuple(f"{column}{row}" for row in "123" for column in "abc")

@@ -46,7 +46,8 @@ from strat.process_env import apply_defaults
 
 apply_defaults()  # one OpenMP thread and quiet logs, before torch or vLLM is imported (`import strat` sets nothing)
 
-from strat.config import ExperimentConfig, load_config, to_yaml  # noqa: E402
+from strat.config import ExperimentConfig, to_yaml  # noqa: E402
+from strat.config_loading import load_config  # noqa: E402
 from strat.errors import ConfigError, RunAborted, UserError  # noqa: E402
 from strat.eval.summaries import (  # noqa: E402
     ABLATION,

@@ -22,7 +22,7 @@ from strat.algorithm.reasoning import build_messages, decide, parse_response
 from strat.algorithm.records import TrainBatch, TrainSample
 from strat.benchmarks.results import GRPOBaseline, chunks
 from strat.engines.base import Generation, SamplingParams, chat_prompt_ids, stop_token_ids
-from strat.train.rollout import derive_seed
+from strat.play.rollout import derive_seed
 from strat.train.sequences import sequence_logprobs
 
 

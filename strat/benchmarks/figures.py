@@ -60,16 +60,18 @@ from strat.benchmarks.results import (
     steady_steps,
     step_record,
 )
-from strat.config import ExperimentConfig, OpponentConfig, load_config
+from strat.config import ExperimentConfig, OpponentConfig
+from strat.config_loading import load_config
 from strat.engines import EngineSettings, SamplingParams
 from strat.model import tiny as tiny_model
 from strat.model.tiny import TinyModelSettings
+from strat.play.rollout import RolloutRunner, derive_seed, plan_groups
+from strat.play.settings import engine_settings as trainer_engine_settings
+from strat.play.settings import rollout_settings
 from strat.train.learner import PolicyLearner
 from strat.train.ray_node import start_ray
-from strat.train.rollout import RolloutRunner, derive_seed, plan_groups
 from strat.train.rollout_actor import RolloutWorker
-from strat.train.settings import advantage_config, base_model_path, learner_settings, rollout_settings
-from strat.train.settings import engine_settings as trainer_engine_settings
+from strat.train.settings import advantage_config, base_model_path, learner_settings
 from strat.train.trainer import Trainer
 
 FIGURES = ("rollout", "learner", "sync", "overlap", "scaling", "memory", "e2e")

@@ -10,7 +10,8 @@ import click
 import typer
 from typer.exceptions import TyperException
 
-from strat.config import ExperimentConfig, load_config
+from strat.config import ExperimentConfig
+from strat.config_loading import load_config
 from strat.errors import ConfigError, JobError, RunAborted, UserError
 from strat.process_env import apply_defaults
 

@@ -15,7 +15,7 @@ def export_command(
 ) -> None:
     """Export a run's checkpoint: safetensors (LoRA merged), tokenizer, chat template, generation config, model card."""
     # Deferred for start-up cost (torch, transformers).
-    from strat.model.export import export_run
+    from strat.export.export import export_run
 
     exported = export_run(run_dir, out, step)
     merged = " (LoRA merged)" if exported.lora_merged else ""

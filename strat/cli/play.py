@@ -16,7 +16,7 @@ from games.opponents import opponent_names
 from games.play import play as play_game
 from strat.errors import UserError
 from strat.model import hub
-from strat.train.rollout import LLMPlayer, derive_seed, llm_move
+from strat.play.rollout import LLMPlayer, derive_seed, llm_move
 
 
 def play(
@@ -56,7 +56,7 @@ class _LLMOpponent:
     """A trained policy behind the games' opponent interface, for `strat play`.
 
     A human's game is one game at the human's pace, so it is not run by the batched loop of training and
-    evaluation (`strat.train.rollout.play_games`); what a turn is shares its code instead: each of the policy's
+    evaluation (`strat.play.rollout.play_games`); what a turn is shares its code instead: each of the policy's
     moves is `llm_move`, read with the same parsing, fallback and penalty rules, and finished agents are stepped
     past by the game's own `turns()`."""
 

@@ -32,7 +32,7 @@ def check(
     """Validate a config, check that the game's longest prompt fits the context, and print the resolved result
     (every default filled in); the context figures and, for a run on GPUs, the memory estimate go to stderr."""
     # Deferred for start-up cost (transformers; see the module docstring).
-    from strat.context_check import check_context, context_summary
+    from strat.train.context_check import check_context, context_summary
 
     resolved = load(config, overrides)
     found = check_context(resolved)
@@ -68,8 +68,8 @@ def sft(
 ) -> None:
     """Warm start: fine-tune the config's model on templated-reasoning transcripts of weak scripted play."""
     # Deferred for start-up cost (torch, transformers; see the module docstring).
-    from strat.model.warmstart import ensure_warm, warm_start
     from strat.train.settings import base_model_path, warm_start_settings
+    from strat.train.warmstart import ensure_warm, warm_start
 
     resolved = load(config, overrides)
     base = base_model_path(resolved)

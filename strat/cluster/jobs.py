@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import yaml
 
-from strat.config import ExperimentConfig, load_config, parse_override
+from strat.config import ExperimentConfig, parse_override
+from strat.config_loading import load_config
 from strat.errors import ConfigError, JobError
 from strat.model import hub
 

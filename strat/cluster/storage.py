@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strat.config import ExperimentConfig, resolve_weight_sync
+from strat.config import ExperimentConfig
 from strat.errors import ConfigError
 from strat.model import hub
 
@@ -96,7 +96,7 @@ def _model_fix(config: ExperimentConfig) -> str:
 def probes(config: ExperimentConfig, run_dir: str | Path, model_path: str | Path, nonce: str) -> list[Probe]:
     """What each node must see: the nonce in the run directory, in the sync directory when weights are synced
     through it, and the model's `config.json`. Paths are given as the actors get them."""
-    from strat.sync.weights import sync_root  # imports Ray, which this module's pure part does not need
+    from strat.sync.weights import resolve_weight_sync, sync_root  # imports Ray, which the pure part does not need
 
     shared = "on storage every node mounts at the same path (an absolute path: a relative one is relative to each" \
              " process's working directory)"

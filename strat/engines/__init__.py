@@ -16,7 +16,7 @@ __all__ = ["Engine", "EngineSettings", "Generation", "SamplingParams", "build_en
 @dataclass(frozen=True)
 class EngineSettings:
     """How an engine is built, whatever its backend: `engine.*` of the config with `run.seed` and
-    `model.trust_remote_code` (`strat.train.settings.engine_settings`)."""
+    `model.trust_remote_code` (`strat.play.settings.engine_settings`)."""
 
     dtype: str = "float32"
     max_model_len: int = 2048

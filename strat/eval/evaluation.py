@@ -14,7 +14,7 @@ from strat.eval.exploitability import exploitable
 from strat.eval.policies import Policy, ScriptedPolicy, play_tables, seat_rotations
 from strat.eval.report import EvalReport
 from strat.eval.stats import cot_result, head_to_head_result, match_result, truncation, validity
-from strat.train.rollout import derive_seed
+from strat.play.rollout import derive_seed
 
 TRUNCATION_NOTE = 0.1
 """The share of the policy's responses cut off at the token limit from which the report says so."""

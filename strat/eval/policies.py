@@ -1,5 +1,5 @@
 """Policies that play a game, scripted or an LLM from a checkpoint, behind one interface, and tables of them
-played against each other through the rollout's game loop (`strat.train.rollout.play_games`): scripted seats
+played against each other through the rollout's game loop (`strat.play.rollout.play_games`): scripted seats
 move at once, and every pending decision of an LLM in a round goes to it in one batch."""
 
 from __future__ import annotations
@@ -17,14 +17,16 @@ import games
 from games.base import TextGameEnv
 from games.opponents import Opponent, make_opponent, opponent_names
 from strat.algorithm.records import Episode
-from strat.config import ExperimentConfig, from_dict
+from strat.config import ExperimentConfig
+from strat.config_loading import from_dict
 from strat.engines import build_engine
 from strat.engines.base import Generation, SamplingParams
 from strat.errors import ConfigError
+from strat.eval import sidecar
 from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability, exact_estimate
 from strat.model import checkpoint as checkpoints
-from strat.model import hub, sidecar
-from strat.train.rollout import (
+from strat.model import hub
+from strat.play.rollout import (
     Encode,
     Generate,
     LiveGame,
@@ -34,7 +36,7 @@ from strat.train.rollout import (
     derive_seed,
     play_games,
 )
-from strat.train.settings import engine_settings, rollout_settings
+from strat.play.settings import engine_settings, rollout_settings
 
 
 @dataclass(frozen=True)

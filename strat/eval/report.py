@@ -17,7 +17,7 @@ from strat.eval.exploitability import VALIDITY_FLOOR, ExploitabilityEstimate
 from strat.eval.policies import PolicyInfo
 from strat.eval.stats import CotResult, Estimate, HeadToHead, MatchResult
 from strat.eval.viewer import write_html
-from strat.train.metrics import jsonable, read_for_report
+from strat.metrics import jsonable, read_for_report
 
 SCHEMA_VERSION = 1
 

@@ -181,7 +181,7 @@ def summarize_run(run_dir: Path, section: str, exploitability_before: Path | Non
     """The summary of a finished run from its config.yaml, metrics.jsonl and provenance.json; exploitability
     measured apart by `strat eval` (eval.json files) replaces the run's own where given. A run of the `ablation`
     section needs its `arm`."""
-    from strat.train.metrics import read as read_metrics  # deferred for start-up cost (it imports TensorBoard)
+    from strat.metrics import read as read_metrics  # deferred for start-up cost (it imports TensorBoard)
 
     if section == ABLATION and not arm:
         raise UserError(f"{run_dir}: a summary of section {ABLATION!r} needs the arm the run trained (e.g. outcome)")

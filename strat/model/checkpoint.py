@@ -21,8 +21,8 @@ import torch
 from safetensors.torch import save_file
 
 from strat.errors import ConfigError, UserError
+from strat.faults import injected_steps
 from strat.model import manifest
-from strat.train.faults import injected_steps
 
 log = logging.getLogger("strat.checkpoint")
 

@@ -32,11 +32,11 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import ray
 
-from strat.config import ExperimentConfig, SyncMode, resolve_collective_backend, resolve_weight_sync
+from strat.config import ExperimentConfig, agents_on_gpu, engine_is_multiprocess, learner_on_gpu
 from strat.sync.process_group import TensorMeta
 
 SYNC_MODES = ("object_store", "directory", "collective")
@@ -46,6 +46,29 @@ POLICY = "policy"
 """The weight group (collective sync) that carries the policy's weights to its agents."""
 SNAPSHOT = "snapshot"
 """The weight group that carries the snapshot opponent's weights to its agent."""
+
+SyncMode = Literal["object_store", "directory", "collective"]
+"""A weight-sync path with `auto` resolved (`WeightSync` carries it out)."""
+
+
+def resolve_weight_sync(config: ExperimentConfig) -> SyncMode:
+    """`engine.weight_sync` with `auto` resolved: directory for multi-process engines, else object_store
+    (`collective` is only ever chosen explicitly)."""
+    mode = config.engine.weight_sync
+    if mode != "auto":
+        return mode
+    return "directory" if engine_is_multiprocess(config) else "object_store"
+
+
+def resolve_collective_backend(config: ExperimentConfig) -> Literal["nccl", "gloo"]:
+    """`engine.collective_backend` with `auto` resolved: nccl when the learner and the agents' vLLM workers run on
+    whole GPUs (NCCL needs a GPU in every member, and no two members on one), else gloo."""
+    backend = config.engine.collective_backend
+    if backend != "auto":
+        return backend
+    res = config.resources
+    whole = res.gpus_learner >= 1 and res.gpus_per_agent >= 1
+    return "nccl" if whole and learner_on_gpu(config) and agents_on_gpu(config) else "gloo"
 
 
 def sync_root(config: ExperimentConfig, run_dir: str | Path) -> Path:

@@ -21,15 +21,16 @@ from strat.cluster.storage import check_shared_storage
 from strat.config import ExperimentConfig
 from strat.errors import ConfigError, PlacementError, RunAborted
 from strat.model import checkpoint
+from strat.play.rollout import GroupPlan
+from strat.play.settings import engine_settings, rollout_settings
 from strat.sync.fingerprint import WeightsTag
 from strat.sync.weights import WeightSync
 from strat.train.agent_actor import AgentActor
 from strat.train.comparator_actor import CoTComparator
 from strat.train.learner_actor import LearnerGroup
 from strat.train.ray_node import actor_env_vars, actor_threads
-from strat.train.rollout import GroupPlan
 from strat.train.rollout_actor import RolloutWorker
-from strat.train.settings import agreement_settings, engine_settings, learner_settings, rollout_settings
+from strat.train.settings import agreement_settings, learner_settings
 
 log = logging.getLogger("strat.train")
 

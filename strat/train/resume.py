@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from strat.config import ExperimentConfig, load_config, parse_override, save_resolved
+from strat.config import ExperimentConfig, parse_override, save_resolved
+from strat.config_loading import load_config
 from strat.errors import ConfigError
 from strat.jsonl import RecordError, read_lines
 from strat.model import checkpoint

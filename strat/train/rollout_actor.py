@@ -11,7 +11,7 @@ from strat.algorithm.records import Episode
 from strat.engines import Generation, SamplingParams
 from strat.engines.base import chat_prompt_ids
 from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability
-from strat.train.rollout import GroupPlan, RolloutRunner, RolloutSettings, VersusGames, evaluate_vs
+from strat.play.rollout import GroupPlan, RolloutRunner, RolloutSettings, VersusGames, evaluate_vs
 from strat.train.token_offsets import TokenOffsets
 
 

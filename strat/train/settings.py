@@ -1,10 +1,11 @@
 """The config, composed into the settings each part of a run is built with. The parts never take the whole config.
 
 A part takes its config section itself where one section says all it needs (the opponents: `game.opponents`'
-`OpponentConfig` records). The functions here remain where a part needs more than a copy of one section:
-- `rollout_settings`, `learner_settings`, `engine_settings`, `agreement_settings`, `warm_start_settings` draw on
-  several sections (e.g. the rollout's game, reasoning and penalty rules), derive values (move names, Hub model
-  directories) or build records that the benchmarks and tests also build without any config;
+`OpponentConfig` records). The functions here remain where a part needs more than a copy of one section (those of
+the game loop and its engines, `rollout_settings`, `target_settings` and `engine_settings`, are in
+`strat.play.settings`, below evaluation, which plays through them too):
+- `learner_settings`, `agreement_settings`, `warm_start_settings` draw on several sections, derive values (move
+  names, Hub model directories) or build records that the benchmarks and tests also build without any config;
 - `advantage_config` and the loss in `learner_settings` build `strat/algorithm` records: the method stays pure
   logic, free of the pydantic config;
 - `base_model_path` feeds `strat/model/tiny.py`, where the config takes the tiny model's default sizes from (the
@@ -19,43 +20,14 @@ from pathlib import Path
 import games
 from strat.algorithm.advantage import AdvantageConfig
 from strat.algorithm.losses import LossConfig
-from strat.algorithm.targets import TargetSettings
 from strat.config import TINY_WARM_START_LR, ExperimentConfig
-from strat.engines import EngineSettings
 from strat.model import hub
 from strat.model.build import LoraSettings
 from strat.model.tiny import TinyModelSettings, resolve_model_path
-from strat.model.warmstart import WarmStartSettings
+from strat.play.settings import engine_settings
 from strat.train.agreement_models import AgreementSettings
 from strat.train.learner import LearnerSettings
-from strat.train.rollout import RolloutSettings
-
-
-def rollout_settings(config: ExperimentConfig) -> RolloutSettings:
-    """How the rollout plays: the game, the reasoning depth and sampling, the group size and the opponents."""
-    return RolloutSettings(
-        game=config.game.name,
-        game_options=dict(config.game.options),
-        depth=config.reasoning.depth,
-        format_penalty=config.algorithm.format_penalty,
-        penalize_malformed=config.algorithm.penalize_malformed,
-        penalize_misstated=config.algorithm.penalize_misstated,
-        group_size=config.algorithm.group_size,
-        max_tokens=config.reasoning.max_new_tokens,
-        temperature=config.reasoning.temperature,
-        top_p=config.reasoning.top_p,
-        opponents=tuple(config.game.opponents),
-        seeded=config.run.deterministic_rollouts,
-        targets=target_settings(config),
-    )
-
-
-def target_settings(config: ExperimentConfig) -> TargetSettings:
-    """Which score targets the rollout estimates (`comparison.*_target`, `policy_*`, `diagnose_targets`)."""
-    comparison = config.comparison
-    return TargetSettings(prediction=comparison.prediction_target, belief=comparison.belief_target,
-                          min_visits=comparison.policy_min_visits, samples=comparison.policy_samples,
-                          diagnose=comparison.diagnose_targets)
+from strat.train.warmstart import WarmStartSettings
 
 
 def learner_settings(config: ExperimentConfig) -> LearnerSettings:
@@ -108,21 +80,6 @@ def lora_settings(config: ExperimentConfig) -> LoraSettings | None:
         return None
     return LoraSettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout, target_modules=tuple(lora.target_modules))
 
-
-def engine_settings(config: ExperimentConfig) -> EngineSettings:
-    """How every agent actor's engine is built."""
-    return EngineSettings(
-        dtype=config.engine.dtype,
-        max_model_len=config.engine.max_model_len,
-        kv_cache_bytes=config.engine.kv_cache_bytes,
-        max_num_seqs=config.engine.max_num_seqs,
-        tensor_parallel_size=config.engine.tensor_parallel_size,
-        gpu_memory_utilization=config.engine.gpu_memory_utilization,
-        seed=config.run.seed,
-        trust_remote_code=config.model.trust_remote_code,
-        multiprocess=config.engine.multiprocess,
-        device=config.engine.device,
-    )
 
 
 def agreement_settings(config: ExperimentConfig) -> AgreementSettings:

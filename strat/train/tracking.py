@@ -143,7 +143,7 @@ class WandbTracker:
     def _closing_media(self, folder: Path) -> dict[str, Any]:
         # Imported here: report pulls in the evaluation stack, which a run without W&B never needs.
         from strat.eval.report import LEARNING_CURVES, plot_learning_curves, plots_available
-        from strat.train.metrics import read_for_report
+        from strat.metrics import read_for_report
 
         metrics = read_for_report(self.run_dir)  # the closing media go on past unreadable lines, counted
         if metrics.skipped:

@@ -29,31 +29,27 @@ from strat.algorithm.advantage import (
 )
 from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
 from strat.algorithm.targets import TargetSettings
-from strat.config import ExperimentConfig, OpponentConfig, held_out_opponents, load_config, save_resolved
-from strat.context_check import check_context, context_summary
+from strat.config import ExperimentConfig, OpponentConfig, held_out_opponents, save_resolved
+from strat.config_loading import load_config
 from strat.errors import ConfigError, RunAborted
 from strat.eval.exploitability import VALIDITY_FLOOR, ExploitabilityEstimate, exploitable
 from strat.eval.stats import mean_interval
+from strat.faults import injected_steps
+from strat.metrics import EpisodeLedger, MetricsLog, PhaseTimer, truncate_after
 from strat.model import checkpoint
-from strat.model.warmstart import ensure_warm
+from strat.play.rollout import derive_seed, plan_groups
+from strat.play.settings import rollout_settings, target_settings
 from strat.sync.fingerprint import WeightsTag
-from strat.train.faults import injected_steps
+from strat.train.context_check import check_context, context_summary
 from strat.train.fleet import Fleet, Share, actor_died
-from strat.train.metrics import EpisodeLedger, MetricsLog, PhaseTimer, truncate_after
 from strat.train.ray_node import start_ray
 from strat.train.rehearsal import REHEARSAL_ROUNDS, episode_samples, load_rehearsal, save_rehearsal
 from strat.train.resume import read_overrides, resume_with_overrides
-from strat.train.rollout import derive_seed, plan_groups
 from strat.train.rollout_record import Rollout, rollout_from_json, rollout_to_json
-from strat.train.settings import (
-    advantage_config,
-    base_model_path,
-    rollout_settings,
-    target_settings,
-    warm_start_settings,
-)
+from strat.train.settings import advantage_config, base_model_path, warm_start_settings
 from strat.train.tracking import open_tracker
 from strat.train.transcripts import render_transcripts
+from strat.train.warmstart import ensure_warm
 
 log = logging.getLogger("strat.train")
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from strat.algorithm.advantage import AdvantageConfig, RoleBaseline, compute_advantages, group_advantages, normalise
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.errors import ConfigError
 from strat.train.settings import advantage_config
 

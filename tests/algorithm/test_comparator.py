@@ -13,12 +13,13 @@ from transformers import AutoModel, AutoTokenizer
 
 from strat.algorithm.comparison import AgreementPair, ComparisonWeights, judge_messages
 from strat.algorithm.records import NO_SCORE
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import EngineSettings
+from strat.play.settings import engine_settings
 from strat.train.agent_actor import AgentActor
 from strat.train.agreement_models import JUDGE_SAMPLING, AgreementSettings
 from strat.train.comparator_actor import Comparator, CoTComparator
-from strat.train.settings import agreement_settings, engine_settings
+from strat.train.settings import agreement_settings
 
 from .helpers import kuhn_self_play
 

@@ -29,7 +29,7 @@ from strat.algorithm.comparison import (
 from strat.algorithm.records import NO_SCORE, Episode, Sections
 from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
-from strat.train.rollout import GroupPlan, RolloutRunner, RolloutSettings
+from strat.play.rollout import GroupPlan, RolloutRunner, RolloutSettings
 
 from .helpers import episode, kuhn_self_play, turn
 

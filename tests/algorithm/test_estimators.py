@@ -13,7 +13,7 @@ import torch
 from strat.algorithm import estimators
 from strat.algorithm.advantage import compute_advantages
 from strat.algorithm.estimators import advantage_estimator, advantage_names, register_advantage
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.errors import ConfigError
 from strat.train.settings import advantage_config
 

@@ -10,10 +10,10 @@ from strat.algorithm.comparison import ComparisonWeights, score_episodes
 from strat.algorithm.reasoning import OWN_INFO_LEAD, misstates_private_info
 from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
-from strat.model.warmstart import templated_response
-from strat.train import rollout
-from strat.train.rollout import GroupPlan, RolloutRunner, RolloutSettings
+from strat.play import rollout
+from strat.play.rollout import GroupPlan, RolloutRunner, RolloutSettings
 from strat.train.trainer import episode_metrics
+from strat.train.warmstart import templated_response
 
 CARDS = ("Jack", "Queen", "King")
 

@@ -27,7 +27,7 @@ from strat.algorithm.losses import (
     register_policy_loss,
 )
 from strat.algorithm.records import TrainSample
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.errors import ConfigError
 from strat.train.settings import learner_settings
 

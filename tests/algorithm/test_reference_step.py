@@ -20,11 +20,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from strat.algorithm import reference
 from strat.algorithm.advantage import compute_advantages
 from strat.algorithm.comparison import ComparisonWeights, score_episodes
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import build_engine
+from strat.play.rollout import RolloutRunner, derive_seed, plan_groups
+from strat.play.settings import rollout_settings
 from strat.train.learner import PolicyLearner
-from strat.train.rollout import RolloutRunner, derive_seed, plan_groups
-from strat.train.settings import advantage_config, learner_settings, rollout_settings
+from strat.train.settings import advantage_config, learner_settings
 
 CONFIG = Path(__file__).parents[2] / "configs" / "kuhn_poker_tiny.yaml"
 # The default config's algorithm, fewer and shorter games (the update's maths does not depend on the batch's size).

@@ -3,7 +3,7 @@ take their places, and the extra groups' plans."""
 
 from strat.algorithm.advantage import replace_zero_spread_groups, zero_spread_group_ids
 from strat.config import OpponentConfig
-from strat.train.rollout import RolloutSettings, plan_groups
+from strat.play.rollout import RolloutSettings, plan_groups
 
 from .helpers import episode, turn
 

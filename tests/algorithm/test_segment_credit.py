@@ -14,10 +14,11 @@ import torch
 from strat.algorithm.advantage import AdvantageConfig, compute_advantages
 from strat.algorithm.records import ScoredEpisode, TrainBatch, TrainSample, TurnScore
 from strat.algorithm.segments import monotone_ends, section_char_spans, section_token_spans, token_spans
-from strat.config import OpponentConfig, load_config
+from strat.config import OpponentConfig
+from strat.config_loading import load_config
 from strat.engines.base import Generation, SamplingParams
 from strat.errors import ConfigError
-from strat.train.rollout import GroupPlan, RolloutRunner, RolloutSettings
+from strat.play.rollout import GroupPlan, RolloutRunner, RolloutSettings
 from strat.train.rollout_record import Rollout, rollout_from_json, rollout_to_json
 from strat.train.settings import advantage_config
 from strat.train.token_offsets import TokenOffsets

@@ -14,9 +14,9 @@ from games.heuristics import POLICIES
 from games.posterior import posterior
 from strat.algorithm.comparison import ComparisonWeights, policy_prediction, posterior_belief, score_episodes
 from strat.algorithm.records import BeliefTarget, Episode, ParsedResponse, Sections, Turn, TurnTargets
-from strat.algorithm.targets import SCRIPTED, TargetEstimator, TargetSettings, replay
+from strat.algorithm.targets import SCRIPTED, TargetSettings, replay
 from strat.config import OpponentConfig
-from strat.train.rollout import GroupPlan, RolloutRunner, RolloutSettings
+from strat.play.rollout import GroupPlan, RolloutRunner, RolloutSettings
 from strat.train.rollout_record import Rollout, rollout_from_json, rollout_to_json
 from strat.train.trainer import episode_metrics
 from tests.eval.helpers import FakeLLM
@@ -197,8 +197,8 @@ def test_targets_and_seats_survive_a_checkpointed_rollout() -> None:
 @pytest.mark.parametrize("seeded", [True, False])
 def test_rollouts_sample_with_per_request_seeds_unless_told_not_to(seeded: bool) -> None:
     """`run.deterministic_rollouts: false` sends the games' generations without a seed."""
-    from strat.config import load_config
-    from strat.train.settings import rollout_settings
+    from strat.config_loading import load_config
+    from strat.play.settings import rollout_settings
 
     config = load_config(None, [f"run.deterministic_rollouts={str(seeded).lower()}"])
     assert rollout_settings(config).seeded is seeded

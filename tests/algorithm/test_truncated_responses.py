@@ -8,7 +8,7 @@ from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
 from strat.eval.evaluation import TRUNCATION_NOTE, truncation_note
 from strat.eval.stats import truncation
-from strat.train.rollout import GroupPlan, RolloutRunner, RolloutSettings
+from strat.play.rollout import GroupPlan, RolloutRunner, RolloutSettings
 from strat.train.trainer import episode_metrics
 
 

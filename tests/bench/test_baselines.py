@@ -11,9 +11,10 @@ import torch
 from strat.algorithm.losses import LossConfig
 from strat.benchmarks.baselines import GRPOSettings, ReplayPolicy, hf_generate, load_model, plain_grpo
 from strat.benchmarks.figures import BenchContext, BenchSizes, learner_efficiency
-from strat.config import OpponentConfig, load_config
+from strat.config import OpponentConfig
+from strat.config_loading import load_config
 from strat.engines import SamplingParams, build_engine
-from strat.train.rollout import RolloutRunner, RolloutSettings, plan_groups
+from strat.play.rollout import RolloutRunner, RolloutSettings, plan_groups
 
 
 def test_hf_generate_forced_length_and_stop(tiny_model_dir: Path) -> None:

@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 
 from strat.algorithm.reasoning import render_response
 from strat.algorithm.records import Sections
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines.base import chat_prompt_ids
 
 from .conftest import BENCH, bench_module

@@ -146,7 +146,7 @@ def test_two_ranks_anchor_the_kl_on_the_gathered_snapshot(local_ray, tiny_model_
 def test_driver_trains_checkpoints_and_resumes_with_two_learner_ranks(
     local_ray, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    from strat.config import load_config
+    from strat.config_loading import load_config
     from strat.errors import RunAborted
     from strat.train.trainer import Trainer
 

@@ -26,7 +26,7 @@ from strat.cluster.memory import (
     shape_from_config,
 )
 from strat.cluster.placement import parse_cluster
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.errors import PlacementError
 from tests.foundation.test_hub_models import add_revision, set_ref
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from strat import metrics
 from strat.cluster.storage import NONCE_PREFIX
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.model import checkpoint
-from strat.train import metrics
 from tests.reliability.conftest import DEFAULT, small_overrides
 from tests.reliability.test_actor_faults import _check_ledger
 

@@ -9,7 +9,8 @@ import yaml
 from strat import cli
 from strat.cli.cluster import plan_command
 from strat.cluster.placement import parse_cluster, plan
-from strat.config import ExperimentConfig, from_dict
+from strat.config import ExperimentConfig
+from strat.config_loading import from_dict
 from strat.errors import PlacementError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from strat.config import load_config, resolve_collective_backend, resolve_weight_sync
+from strat.config_loading import load_config
 from strat.engines import Engine, SamplingParams, build_engine
 from strat.errors import ConfigError
 from strat.model.build import LoraSettings
 from strat.sync.process_group import TensorMeta, WeightGroup, describe
-from strat.sync.weights import PREFIX, prune_versions, sync_path
+from strat.sync.weights import PREFIX, prune_versions, resolve_collective_backend, resolve_weight_sync, sync_path
 from strat.train.learner import LearnerSettings, PolicyLearner
 
 from .sync_helpers import CONVERSATIONS, local_rendezvous, perturb, prompts_for

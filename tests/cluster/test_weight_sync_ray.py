@@ -13,7 +13,7 @@ import ray
 from transformers import AutoTokenizer
 
 from strat.algorithm.records import TrainSample
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import SamplingParams
 from strat.sync.weights import PREFIX, WeightSync, sync_root
 from strat.train.learner import LearnerSettings

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from strat.config import load_config, save_resolved
+from strat.config import save_resolved
+from strat.config_loading import load_config
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from strat.algorithm.reasoning import render_response, user_prompt
 from strat.algorithm.records import Sections
 from strat.engines.base import Generation, SamplingParams
 from strat.eval.policies import LLMPolicy, PolicyInfo
-from strat.train.rollout import RolloutSettings, derive_seed
+from strat.play.rollout import RolloutSettings, derive_seed
 
 ActionProbs = Callable[[TextGameEnv, str], dict[int, float]]
 

@@ -16,11 +16,12 @@ from typer.testing import CliRunner
 
 import games
 from strat.cli.eval import eval_command
-from strat.config import load_config, save_resolved
+from strat.config import save_resolved
+from strat.config_loading import load_config
 from strat.engines.base import SamplingParams
 from strat.errors import ConfigError
 from strat.eval.policies import LLMPolicy, ReasoningOverrides, load_policy
-from strat.train.rollout import llm_move
+from strat.play.rollout import llm_move
 
 
 def _args(**kwargs) -> dict:

@@ -12,7 +12,6 @@ import pytest
 from games.opponents import make_opponent
 from strat.eval.exploitability import (
     VALIDITY_FLOOR,
-    SampledMoves,
     decision_states,
     estimate_exploitability,
     exact_estimate,
@@ -20,6 +19,7 @@ from strat.eval.exploitability import (
 )
 from strat.eval.policies import PolicyInfo
 from strat.eval.report import EvalReport, render_markdown, to_json
+from strat.play.rollout import SampledMoves
 from strat.train.trainer import Trainer
 
 from .helpers import fake_policy

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from strat.config import load_config, save_resolved
+from strat.config import save_resolved
+from strat.config_loading import load_config
 from strat.errors import RunAborted, UserError
 from strat.eval.summaries import load_summary
 

@@ -11,11 +11,11 @@ import pytest
 
 import games
 from games.kuhn_poker import BET, PASS
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import Generation, SamplingParams, build_engine
-from strat.model.warmstart import ensure_warm, templated_response
 from strat.train.learner import PolicyLearner
 from strat.train.settings import learner_settings, warm_start_settings
+from strat.train.warmstart import ensure_warm, templated_response
 
 from .conftest import experiment_module
 

@@ -15,12 +15,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from strat.algorithm.advantage import compute_advantages
 from strat.algorithm.comparison import ComparisonWeights, score_episodes
 from strat.algorithm.reasoning import parse_response
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import SamplingParams, build_engine
 from strat.engines.base import chat_prompt_ids, renders_system, stop_token_ids
+from strat.play.rollout import RolloutRunner, plan_groups
+from strat.play.settings import rollout_settings
 from strat.train.learner import PolicyLearner
-from strat.train.rollout import RolloutRunner, plan_groups
-from strat.train.settings import advantage_config, learner_settings, rollout_settings
+from strat.train.settings import advantage_config, learner_settings
 
 # Gemma's turn syntax: `model` for the assistant, and a system message raises.
 TEMPLATE = (

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from strat.config import ExperimentConfig, load_config, parse_override, save_resolved
+from strat.config import ExperimentConfig, parse_override, save_resolved
+from strat.config_loading import load_config
 from strat.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import strat.engines.hf
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import build_engine, resolve_device
-from strat.train.settings import engine_settings
+from strat.play.settings import engine_settings
 
 
 @pytest.mark.parametrize(

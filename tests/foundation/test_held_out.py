@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from strat.config import held_out_opponents, load_config
+from strat.config import held_out_opponents
+from strat.config_loading import load_config
 from strat.errors import ConfigError
 
 BASE = ["engine.backend=hf", "warm_start.enabled=false"]

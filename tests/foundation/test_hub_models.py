@@ -15,13 +15,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from strat import cli
+from strat import cli, metrics
 from strat.cluster import jobs
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import SamplingParams, build_engine
 from strat.model import hub
-from strat.train import metrics
-from strat.train.settings import base_model_path, engine_settings, warm_start_settings
+from strat.play.settings import engine_settings
+from strat.train.settings import base_model_path, warm_start_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"

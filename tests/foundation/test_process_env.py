@@ -89,7 +89,7 @@ def test_the_fleet_gives_each_actor_the_defaults_when_the_caller_started_ray(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """On a Ray the caller initialised (no runtime env of Strat's), each actor's own options carry the defaults."""
-    from strat.config import load_config
+    from strat.config_loading import load_config
     from strat.train import fleet as fleet_module
 
     for key in DEFAULTS:

@@ -68,7 +68,7 @@ def test_resolve_model_path_builds_tiny_models() -> None:
 
 
 def test_config_sizes_build_their_own_model_and_the_defaults_the_usual_one() -> None:
-    from strat.config import load_config
+    from strat.config_loading import load_config
     from strat.train.settings import base_model_path
 
     default = Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker_tiny.yaml"

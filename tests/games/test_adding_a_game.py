@@ -22,11 +22,12 @@ import games
 from strat import cli
 from strat.algorithm.advantage import compute_advantages
 from strat.algorithm.comparison import ComparisonWeights, score_episodes
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import build_engine
+from strat.play.rollout import RolloutRunner, plan_groups
+from strat.play.settings import rollout_settings
 from strat.train.learner import PolicyLearner
-from strat.train.rollout import RolloutRunner, plan_groups
-from strat.train.settings import advantage_config, base_model_path, learner_settings, rollout_settings
+from strat.train.settings import advantage_config, base_model_path, learner_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,10 +19,11 @@ from training_steps import (  # this folder is on sys.path (no __init__.py: `gam
 from strat import cli
 from strat.algorithm.advantage import compute_advantages
 from strat.algorithm.comparison import ComparisonWeights, score_episodes
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines.base import Generation, SamplingParams
-from strat.train.rollout import RolloutRunner, plan_groups
-from strat.train.settings import advantage_config, rollout_settings
+from strat.play.rollout import RolloutRunner, plan_groups
+from strat.play.settings import rollout_settings
+from strat.train.settings import advantage_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 BOARD_GAMES = ("tic_tac_toe", "connect_four")

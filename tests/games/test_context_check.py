@@ -15,8 +15,8 @@ from transformers import AutoTokenizer
 import games
 from strat import cli
 from strat.algorithm.reasoning import build_messages
-from strat.context_check import longest_prompt, token_counter
 from strat.errors import ConfigError
+from strat.train.context_check import longest_prompt, token_counter
 
 PILES = "1;2;3"
 """Six sticks: the longest game has six moves, so the last decision comes after five."""
@@ -104,8 +104,8 @@ def test_check_and_train_refuse_one_token_short_and_accept_an_exact_fit(
 def test_a_response_budget_shorter_than_the_warm_starts_responses_is_refused() -> None:
     """Three-player Kuhn's warm-start responses run to 215 tokens with the tiny tokenizer (two opponents to read):
     at 160 every warm-started response was cut off before its action (a real run trained on fallbacks only)."""
-    from strat.config import load_config
-    from strat.context_check import check_context
+    from strat.config_loading import load_config
+    from strat.train.context_check import check_context
 
     config = Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker_3p_tiny.yaml"
     with pytest.raises(ConfigError, match=r"reasoning.max_new_tokens=160: the warm start teaches responses of up to 21\d"):

@@ -15,10 +15,10 @@ from training_steps import (  # this folder is on sys.path (no __init__.py: `gam
 
 from games.opponents import make_opponent
 from strat import cli
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines.base import Generation, SamplingParams
-from strat.train.rollout import RolloutRunner, plan_groups
-from strat.train.settings import rollout_settings
+from strat.play.rollout import RolloutRunner, plan_groups
+from strat.play.settings import rollout_settings
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 # A short warm start of the configs' own player at depth 1 (shorter responses, learnt from fewer examples) and a

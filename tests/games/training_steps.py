@@ -10,17 +10,12 @@ from strat.algorithm.comparison import ComparisonWeights, score_episodes
 from strat.algorithm.records import ScoredEpisode, TrainSample
 from strat.config import ExperimentConfig
 from strat.engines import build_engine
-from strat.model.warmstart import ensure_warm
+from strat.play.rollout import RolloutRunner, plan_groups
+from strat.play.settings import rollout_settings
 from strat.train.learner import PolicyLearner
-from strat.train.rollout import RolloutRunner, plan_groups
-from strat.train.settings import (
-    advantage_config,
-    base_model_path,
-    learner_settings,
-    rollout_settings,
-    warm_start_settings,
-)
+from strat.train.settings import advantage_config, base_model_path, learner_settings, warm_start_settings
 from strat.train.transcripts import render_transcripts
+from strat.train.warmstart import ensure_warm
 
 
 @dataclass(frozen=True)

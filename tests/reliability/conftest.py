@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from strat.config import ExperimentConfig, load_config
+from strat.config import ExperimentConfig
+from strat.config_loading import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"

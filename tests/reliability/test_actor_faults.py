@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import ray
 
+from strat import metrics
 from strat.errors import RunAborted
 from strat.model import checkpoint
-from strat.train import metrics
-from strat.train.rollout import plan_groups
-from strat.train.settings import rollout_settings
+from strat.play.rollout import plan_groups
+from strat.play.settings import rollout_settings
 from strat.train.trainer import Trainer
 
 from .conftest import small_config

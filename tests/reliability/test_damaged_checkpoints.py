@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from strat import cli
+from strat import cli, metrics
 from strat.model import checkpoint
-from strat.train import metrics
 from strat.train.trainer import Trainer
 
 from .conftest import small_config

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from strat import metrics
 from strat.algorithm.records import TrainBatch, TrainSample
 from strat.errors import RunAborted
-from strat.train import metrics
-from strat.train.faults import injected_steps
+from strat.faults import injected_steps
 from strat.train.learner import LearnerSettings, PolicyLearner
 from strat.train.trainer import Trainer
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from strat import metrics
 from strat.model import checkpoint
 from strat.sync.fingerprint import fingerprint
-from strat.train import metrics
 from strat.train.trainer import Trainer
 
 from .conftest import DEFAULT, small_config, small_overrides

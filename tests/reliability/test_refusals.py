@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from strat import cli
-from strat.config import load_config
+from strat.config_loading import load_config
 
 from .conftest import DEFAULT, small_overrides
 

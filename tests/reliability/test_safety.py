@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from strat.config import ExperimentConfig, load_config, save_resolved
+from strat.config import ExperimentConfig, save_resolved
+from strat.config_loading import load_config
 
 from .conftest import DEFAULT, ROOT
 

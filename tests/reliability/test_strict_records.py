@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from strat import cli
+from strat import cli, metrics
 from strat.eval.report import EvalReport, write_report
 from strat.jsonl import RecordError, read_lines
-from strat.train import metrics
 from strat.train.resume import read_overrides
 
 GOOD = [{"step": 1, "reward/mean": 0.1}, {"step": 2, "reward/mean": 0.2}, {"step": 3, "reward/mean": 0.3}]

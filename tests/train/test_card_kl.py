@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from strat.config import load_config
-from strat.model.card import _method_rows
+from strat.config_loading import load_config
+from strat.export.card import _method_rows
 
 KUHN = Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker_tiny.yaml"
 

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import ray
 
+from strat import metrics
 from strat.algorithm.records import TrainSample
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import SamplingParams
-from strat.train import metrics
 from strat.train.trainer import Trainer
 
 from .test_ray_training import _config, local_ray  # noqa: F401  (a shared module fixture)

@@ -17,17 +17,17 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import games
-from strat import cli
+from strat import cli, metrics
 from strat.algorithm.reasoning import build_messages
-from strat.config import load_config, save_resolved
+from strat.config import save_resolved
+from strat.config_loading import load_config
 from strat.engines import SamplingParams, build_engine
 from strat.engines.base import stop_token_ids
 from strat.errors import ConfigError
 from strat.eval.policies import PolicyInfo, ReasoningOverrides, load_policy
+from strat.export.export import export_run
 from strat.model import checkpoint
 from strat.model.build import LoraSettings
-from strat.model.export import export_run
-from strat.train import metrics
 from strat.train.learner import LearnerSettings, PolicyLearner
 from strat.train.resume import OverrideChange, ResumeOverrides
 from strat.train.trainer import Trainer

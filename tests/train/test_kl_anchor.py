@@ -12,7 +12,7 @@ import torch
 
 from strat.algorithm.losses import LossConfig
 from strat.algorithm.records import TrainBatch, TrainSample
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.errors import ConfigError
 from strat.model.build import LoraSettings
 from strat.train.learner import LearnerSettings, PolicyLearner

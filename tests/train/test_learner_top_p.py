@@ -13,7 +13,7 @@ import games
 from strat.algorithm.losses import token_logprobs
 from strat.algorithm.reasoning import build_messages
 from strat.algorithm.records import TrainBatch, TrainSample
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import SamplingParams, build_engine
 from strat.engines.sampling import sampled_token_logprobs, sampling_logprobs
 from strat.train.learner import LearnerSettings, PolicyLearner

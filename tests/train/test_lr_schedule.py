@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from strat.algorithm.records import TrainSample
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.train.learner import LearnerSettings, PolicyLearner
 from strat.train.lr_schedule import lr_factor
 from strat.train.settings import learner_settings

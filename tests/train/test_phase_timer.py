@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from strat.train.metrics import PhaseTimer
+from strat.metrics import PhaseTimer
 from strat.train.trainer import STEP_PHASES
 
 

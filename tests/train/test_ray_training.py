@@ -10,10 +10,10 @@ import ray
 import torch
 from transformers import AutoModelForCausalLM
 
+from strat import metrics
 from strat.algorithm.records import TrainSample
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.engines import SamplingParams
-from strat.train import metrics
 from strat.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]

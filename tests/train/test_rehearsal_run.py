@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import ray
 
-from strat.config import load_config
+from strat import metrics
+from strat.config_loading import load_config
 from strat.errors import ConfigError
-from strat.train import metrics, rehearsal
+from strat.train import rehearsal
 from strat.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]

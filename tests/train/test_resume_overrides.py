@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from strat import cli
-from strat.config import load_config, save_resolved
+from strat.config import save_resolved
+from strat.config_loading import load_config
 from strat.train import trainer
 from strat.train.resume import OverrideChange, ResumeOverrides, read_overrides
 

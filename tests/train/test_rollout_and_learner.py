@@ -14,8 +14,8 @@ from strat.algorithm.records import TrainBatch, TrainSample
 from strat.config import OpponentConfig
 from strat.engines import build_engine
 from strat.engines.base import Generation, SamplingParams
+from strat.play.rollout import RolloutRunner, RolloutSettings, derive_seed, evaluate_vs, plan_groups
 from strat.train.learner import LearnerSettings, PolicyLearner
-from strat.train.rollout import RolloutRunner, RolloutSettings, derive_seed, evaluate_vs, plan_groups
 from strat.train.sequences import sequence_forward, sequence_logprobs, sequence_logprobs_and_entropy
 
 SETTINGS = RolloutSettings(game="kuhn_poker", depth=2, group_size=3, max_tokens=24, format_penalty=-3.0)

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from strat import cli
-from strat.config import load_config
+from strat import cli, metrics
+from strat.config_loading import load_config
 from strat.errors import ConfigError
-from strat.train import metrics
 from strat.train.summary import before_after
 from strat.train.tracking import STEP_METRIC, TRANSCRIPT_COLUMNS, open_tracker, read_state
 

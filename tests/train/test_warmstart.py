@@ -23,9 +23,9 @@ import games.opponents
 from games.cards import card_values
 from strat.algorithm.comparison import belief_text
 from strat.algorithm.reasoning import BELIEF_MARKER, parse_response
-from strat.model import warmstart
 from strat.model.tiny import cache_dir
-from strat.model.warmstart import (
+from strat.train import warmstart
+from strat.train.warmstart import (
     IGNORE_INDEX,
     WarmStartSettings,
     collate,
@@ -239,7 +239,7 @@ def test_warm_start_threads_are_given_back() -> None:
     # A fresh process, as `strat train` and `strat sft` are: an in-process vLLM engine elsewhere in the suite pins
     # the OpenMP threads of this one.
     code = ("from strat.process_env import apply_defaults; apply_defaults()\n"
-            "import torch; from strat.model import warmstart\n"
+            "import torch; from strat.train import warmstart\n"
             "with warmstart._warm_start_threads(torch): print(torch.get_num_threads())\n"
             "print(torch.get_num_threads())")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

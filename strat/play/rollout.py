@@ -19,7 +19,6 @@ from strat.algorithm.records import Episode, Turn
 from strat.algorithm.targets import SCRIPTED, Sampler, TargetEstimator, TargetSettings
 from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
-from strat.eval.exploitability import SampledMoves
 
 Generate = Callable[[list[list[int]], SamplingParams], list[Generation]]
 """A policy: token-id prompts and sampling params in, one generation per prompt out."""
@@ -36,6 +35,15 @@ def derive_seed(*parts: int | str) -> int:
     """A stable 63-bit seed from (run seed, step, worker, ...): streams never depend on scheduling."""
     digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
+
+
+@dataclass(frozen=True)
+class SampledMoves:
+    """What an LLM sampler returns: n moves per decision (fallbacks included) and whether each response named a legal
+    action itself."""
+
+    actions: list[list[int]]
+    valid: list[list[bool]]
 
 
 @dataclass(frozen=True)

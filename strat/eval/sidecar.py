@@ -55,7 +55,7 @@ class PlaySettings:
         )
 
     def config_tree(self) -> dict[str, Any]:
-        """The config keys these settings stand for, as a nested tree for `strat.config.from_dict`."""
+        """The config keys these settings stand for, as a nested tree for `strat.config_loading.from_dict`."""
         return {
             "game": {"name": self.game, "options": dict(self.game_options)},
             "reasoning": {"depth": self.depth},

@@ -180,8 +180,8 @@ def check_context(config: ExperimentConfig) -> LongestPrompt:
 def check_warm_start_fits(config: ExperimentConfig, tokenizer: ChatTokenizer) -> None:
     """Raise ConfigError when the warm start teaches responses longer than `reasoning.max_new_tokens`: every
     warm-started response would be cut off before its action, and every move would be the fallback."""
-    from strat.model.warmstart import transcripts  # deferred: it imports torch
     from strat.train.settings import warm_start_settings
+    from strat.train.warmstart import transcripts  # deferred: it imports torch
 
     warm = warm_start_settings(config)
     examples = transcripts(config.game.name, warm.depth, warm.episodes, warm.seed, warm.player, warm.game_options)

@@ -16,9 +16,12 @@ from pathlib import Path
 
 import yaml
 
-from strat.config import ExperimentConfig, from_dict
+from strat.config import ExperimentConfig
+from strat.config_loading import from_dict
 from strat.errors import UserError
-from strat.model import card, checkpoint, sidecar
+from strat.eval import sidecar
+from strat.export import card
+from strat.model import checkpoint
 from strat.model.safetensors_io import write_safetensors
 
 _FLOAT_WIDTH = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
@@ -95,7 +98,7 @@ def export_run(run_dir: Path, out: Path, step: int | None = None) -> Exported:
         _write_generation_config(ckpt.path, staging, tokenizer, config)
         sidecar.write(sidecar.PlaySettings.from_config(config, ckpt.step), staging)
         sample = card.example(run_dir, config, ckpt.step, tokenizer)
-        from strat.train import metrics  # deferred with the rest: TensorBoard's writer comes along
+        from strat import metrics  # deferred with the rest: TensorBoard's writer comes along
         from strat.train.resume import read_overrides
 
         records = metrics.read_for_report(run_dir)  # the card goes on past unreadable lines, and says how many

@@ -59,7 +59,7 @@ def example(run_dir: Path, config: ExperimentConfig, step: int, tokenizer: Any) 
             prompt = format_prompt(tokenizer, build_messages(env, sampled.agent, depth))
             return Example(prompt, sampled.response, sampled.source)
     # Deferred: the warm start's templates pull in torch's training stack, needed only here.
-    from strat.model.warmstart import templated_response
+    from strat.train.warmstart import templated_response
 
     env.reset(seed=config.run.seed)
     agent = env.agent_selection
