@@ -13,7 +13,7 @@ import pytest
 
 from strat.algorithm.advantage import AdvantageConfig, compute_advantages, state_process_terms
 from strat.algorithm.records import ScoredEpisode, TurnScore
-from strat.config import load_config
+from strat.config_loading import load_config
 from strat.errors import ConfigError
 from strat.train.settings import advantage_config
 
