@@ -10,7 +10,11 @@ the same arithmetic in the same order. Usage:
 
     git worktree add /tmp/old HEAD
     python experiments/does_a_refactor_change_training/same_behaviour.py
-        --old /tmp/old --new . --out /tmp/same [--variants default,plain,dph]
+        --old /tmp/old --new . --out /tmp/same [--variants default,plain,dph] [--set key=value ...]
+
+`--set` adds overrides to every run of both trees: on a loaded machine the default warm start can reach its
+`warm_start.max_seconds` at a different step in each tree, so that the models differ, not the code; `--set
+warm_start.episodes=100 --set warm_start.max_seconds=100000` makes it short and never cut.
 
 Exit status 0 when every variant matches, 1 otherwise; one line per variant says which keys differ."""
 
@@ -43,12 +47,12 @@ VARIANTS: dict[str, list[str]] = {
 IGNORED_PREFIXES = ("time/", "throughput/")
 
 
-def run(tree: Path, out: Path, variant: str, overrides: list[str]) -> Path:
+def run(tree: Path, out: Path, variant: str, overrides: list[str], extra: list[str] | None = None) -> Path:
     """Train `variant` from the sources in `tree`; returns its run directory."""
     name = f"{variant}-{tree.name or 'tree'}"
     env = {**os.environ, "PYTHONPATH": str(tree), "STRAT_CACHE_DIR": str(out / f"cache-{tree.name}")}
     command = [sys.executable, "-m", "strat.cli", "train", CONFIG, f"run.name={name}", f"run.output_dir={out}",
-               *COMMON, *overrides]
+               *COMMON, *(extra or []), *overrides]
     started = time.perf_counter()
     with open(out / f"{name}.log", "w") as log:
         code = subprocess.call(command, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -85,6 +89,8 @@ def main() -> int:
     parser.add_argument("--new", type=Path, required=True, help="the source tree after it")
     parser.add_argument("--out", type=Path, required=True, help="where the runs and caches go (kept)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override for every run of both trees (repeatable)")
     parser.add_argument("--only", choices=("old", "new", "both"), default="both",
                         help="run one side only (its runs are reused by a later call)")
     args = parser.parse_args()
@@ -100,7 +106,7 @@ def main() -> int:
         for side, tree in trees.items():
             target = args.out / f"{variant}-{tree.name}"
             if args.only in (side, "both") and not (target / "episodes.jsonl").is_file():
-                run(tree, args.out, variant, VARIANTS[variant])
+                run(tree, args.out, variant, VARIANTS[variant], args.extra)
             dirs[side] = target
         if args.only != "both":
             continue

@@ -38,3 +38,16 @@ def test_a_changed_metric_a_missing_row_and_other_episodes_are_named(same, tmp_p
     assert problems == ["metrics.jsonl has 2 rows against 1",
                         "row 0: learn/lr None != 1.0, loss/policy 0.5 != 0.5000001",
                         "episodes.jsonl differs"]
+
+
+def test_set_overrides_reach_both_trees_before_the_variants_own(same, tmp_path: Path, monkeypatch) -> None:
+    calls: list[tuple[list[str], dict[str, str]]] = []
+    monkeypatch.setattr(same.subprocess, "call", lambda command, cwd, env, **_: calls.append((command, env)) or 0)
+    monkeypatch.setattr("sys.argv", ["same_behaviour.py", "--old", str(tmp_path / "a"), "--new", str(tmp_path / "b"),
+                                     "--out", str(tmp_path / "out"), "--variants", "plain", "--only", "old",
+                                     "--set", "warm_start.episodes=100", "--set", "warm_start.max_seconds=100000"])
+    assert same.main() == 0
+    ((command, env),) = calls
+    tail = command[command.index("eval.samples_per_infoset=4") + 1:]
+    assert tail == ["warm_start.episodes=100", "warm_start.max_seconds=100000", *same.VARIANTS["plain"]]
+    assert env["PYTHONPATH"] == str((tmp_path / "a").resolve())
