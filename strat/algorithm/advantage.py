@@ -251,7 +251,7 @@ def segment_advantages(
     A token that lies in two spans takes the later span's value (the belief line over the rest of `<past>`).
     With `outcome` (or lam = 0) every token gets the outcome term, as under response credit; with `process` the
     scored sections get their terms and every other token 0 (nothing learns from the outcome). `given_terms` ([N] per
-    component, before its weight) replaces the group normalisation (the information-state baseline).
+    component, before its weight) replaces the group normalisation (the state baseline, `state_process_terms`).
     """
     estimator = advantage_estimator(mode)
     zero = torch.zeros_like(outcome)
