@@ -83,15 +83,20 @@ class LossConfig:
                              " `forward`, k2 is `reverse`)")
 
 
+def _upcast(logits: torch.Tensor) -> torch.Tensor:
+    """`logits` in float32 at least: bf16 logits are upcast, float64 ones (a float64 check of the maths) kept."""
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float) -> torch.Tensor:
     """Log-probs [B, T] of `token_ids` under softmax(logits / temperature); `logits` [B, T, V] already predict them."""
-    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logprobs = torch.log_softmax(_upcast(logits) / temperature, dim=-1)
     return logprobs.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
 
 
 def token_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """Entropy [B, T] of softmax(logits / temperature) at each position; `logits` [B, T, V]."""
-    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logprobs = torch.log_softmax(_upcast(logits) / temperature, dim=-1)
     return -(logprobs.exp() * logprobs).sum(dim=-1)
 
 
@@ -100,7 +105,7 @@ def choice_entropy(logits: torch.Tensor, candidates: torch.Tensor, temperature: 
     the entropy of the choice between them. `logits` [B, T, V]; `candidates` [B, T, K] token ids, -1 for none
     (a position with no candidate gets 0)."""
     present = candidates >= 0
-    chosen = logits.float().gather(-1, candidates.clamp(min=0)) / temperature
+    chosen = _upcast(logits).gather(-1, candidates.clamp(min=0)) / temperature
     chosen = torch.where(present, chosen, torch.full_like(chosen, float("-inf")))
     logprobs = torch.log_softmax(chosen, dim=-1)
     terms = torch.where(present, logprobs.exp() * logprobs, torch.zeros_like(logprobs))

@@ -176,7 +176,8 @@ def advantages(episodes: list[Episode], scores: dict[tuple[str, int], float | No
 def logprobs(model, sample: Sample, temperature: float) -> torch.Tensor:
     """log pi(response token | prompt, earlier tokens) at the sampling temperature, one sequence, no padding."""
     ids = torch.tensor([sample.prompt + sample.response])
-    logits = model(input_ids=ids).logits[0, len(sample.prompt) - 1 : -1].float() / temperature
+    logits = model(input_ids=ids).logits[0, len(sample.prompt) - 1 : -1]
+    logits = (logits if logits.dtype == torch.float64 else logits.float()) / temperature
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(sample.response)[:, None])[:, 0]
 
 
