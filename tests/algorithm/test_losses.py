@@ -247,6 +247,15 @@ def test_token_logprobs_use_the_temperature() -> None:
     assert at_two[0].tolist() == pytest.approx([math.log(math.e / (math.e + 1)), math.log(0.5)])
 
 
+def test_token_logprobs_are_float32_at_least() -> None:
+    """bf16 logits are upcast to float32; float64 ones (the reference step's float64 check) stay float64."""
+    ids = torch.tensor([[0]])
+    logits = torch.tensor([[[1.0, 1.0 + 2**-40]]], dtype=torch.float64)
+    assert token_logprobs(logits.to(torch.bfloat16), ids, 1.0).dtype == torch.float32
+    exact = token_logprobs(logits, ids, 1.0)
+    assert exact.dtype == torch.float64 and float(exact) != math.log(0.5)  # float32 would round the 2**-40 away
+
+
 def test_token_entropy_by_hand() -> None:
     logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [math.log(3.0), 0.0, -1e9, -1e9]]])
     entropy = token_entropy(logits, temperature=1.0)[0]
