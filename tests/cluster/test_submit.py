@@ -1,4 +1,5 @@
-"""`strat submit --follow` of a 3-step tiny run on a Ray head started by the test, then `strat jobs`."""
+"""`strat submit --follow` of a 3-step tiny run on a Ray head started by the test, then `strat jobs`; a job that
+fails; placement bundles. The first job also checks that no secret of the submitting shell reaches the job."""
 
 import json
 from pathlib import Path
@@ -28,28 +29,54 @@ def strat_main(monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.mark.slow
-def test_submit_follow_runs_a_tiny_job(ray_head, strat_main, tmp_path, monkeypatch, capsys) -> None:
+def test_submit_follow_runs_a_tiny_job_that_carries_no_secret(
+    ray_head, strat_main, tmp_path, monkeypatch, capsys, secret_markers
+) -> None:
+    """The job succeeds and writes its run, `strat jobs` lists it; and with HF_TOKEN, RAY_AUTH_TOKEN and
+    WANDB_API_KEY set to marker values in the submitting shell, the job's runtime_env, the command's output, the run
+    directory and the head's session logs hold none of them (the first job on the module's head: its logs are this
+    job's alone)."""
     import os
+
+    from ray.job_submission import JobSubmissionClient
 
     from strat.model import tiny as tiny_model
 
     tiny_model.ensure("kuhn_poker")  # built here once, so that the job only loads it
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the test's head runs without auth; the token stays unsent
     out_dir = tmp_path / "runs"
-    code = strat_main([
-        "submit", str(REPO / "configs" / "kuhn_poker_tiny.yaml"), *TINY_OVERRIDES, f"run.output_dir={out_dir}",
-        "--address", ray_head.address, "--follow", "--env", f"STRAT_CACHE_DIR={os.environ['STRAT_CACHE_DIR']}",
-    ])
-    printed = capsys.readouterr().out
-    assert code == 0, printed[-3000:]
-    assert f"run directory: {out_dir / 'kuhn_poker_tiny'}" in printed
-    assert "SUCCEEDED" in printed
-    lines = (out_dir / "kuhn_poker_tiny" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["step"] for line in lines] == [1, 2, 3]
+    try:
+        code = strat_main([
+            "submit", str(REPO / "configs" / "kuhn_poker_tiny.yaml"), *TINY_OVERRIDES, f"run.output_dir={out_dir}",
+            "--address", ray_head.address, "--follow", "--env", f"STRAT_CACHE_DIR={os.environ['STRAT_CACHE_DIR']}",
+        ])
+        printed = capsys.readouterr()
+        assert code == 0, printed.out[-3000:]
+        assert f"run directory: {out_dir / 'kuhn_poker_tiny'}" in printed.out
+        assert "SUCCEEDED" in printed.out
+        lines = (out_dir / "kuhn_poker_tiny" / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(line)["step"] for line in lines] == [1, 2, 3]
 
-    assert strat_main(["jobs", "--address", ray_head.address]) == 0
-    listing = capsys.readouterr().out
-    assert "SUCCEEDED" in listing and "strat.cli train" in listing
+        assert strat_main(["jobs", "--address", ray_head.address]) == 0
+        listing = capsys.readouterr().out
+        assert "SUCCEEDED" in listing and "strat.cli train" in listing
+    finally:
+        # Ray caches the auth mode in the process: drop `disabled` so later local clusters start clean.
+        monkeypatch.undo()
+        from ray._private.authentication_test_utils import reset_auth_token_state
+
+        reset_auth_token_state()
+
+    (job,) = JobSubmissionClient(ray_head.address).list_jobs()
+    assert job.runtime_env["env_vars"]["STRAT_CACHE_DIR"] == os.environ["STRAT_CACHE_DIR"]
+    assert list(ray_head.temp_dir.glob("session_*/logs/job-driver-*.log")), f"no job driver log in {ray_head.temp_dir}"
+    files = secret_markers.files_under
+    found = secret_markers.leaks([
+        ("runtime_env", repr(job.runtime_env).encode()), ("entrypoint", job.entrypoint.encode()),
+        ("stdout", printed.out.encode()), ("stderr", printed.err.encode()), ("jobs", listing.encode()),
+        *files(tmp_path), *files(ray_head.temp_dir),
+    ])
+    assert not found, found
 
 
 @pytest.mark.slow

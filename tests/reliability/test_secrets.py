@@ -1,7 +1,7 @@
 """No secret of the environment in a training run's outputs: a one-step local run with HF_TOKEN, RAY_AUTH_TOKEN and
 WANDB_API_KEY set to marker values; its run directory, stdout and stderr and Ray's session directory (logs included)
 hold none of them (the markers: `secret_markers` in tests/conftest.py). The submitted job's side is
-tests/cluster/test_submit_secrets.py."""
+`test_submit_follow_runs_a_tiny_job_that_carries_no_secret` in tests/cluster/test_submit.py."""
 
 from __future__ import annotations
 
