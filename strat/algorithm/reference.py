@@ -12,7 +12,8 @@ KL estimator, the token mean and the gradient clipping. Shared, because re-deriv
 rules: the game (`games`), the prompts, the response parser, the move decision and the misstated-card check
 (`strat.algorithm.reasoning`), the belief-value overlap (`games.base.value_overlap`), the `Episode`/`Turn` records
 (plain data) and torch's AdamW. Covered: depths 0-2 (agreement by token F1), top_p = 1, one opponent (self-play), full
-fine-tuning in float32 (or float64, which its test uses to check the maths); no credit by segment, score targets, EMA baseline, entropy bonus or LoRA.
+fine-tuning in float32 (or float64, which its test uses to check the maths); no credit by segment, score targets,
+EMA baseline, entropy bonus or LoRA.
 """
 
 from __future__ import annotations
