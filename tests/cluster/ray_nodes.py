@@ -3,7 +3,8 @@ can kill one node (SIGKILL of its group, as a machine that loses power) and leav
 
 Ports: Ray lets the OS assign the GCS, dashboard, agent, raylet and object manager ports (`0`); the head's Ray Client
 server alone needs a port chosen here, which another process may take between the choice and the bind. A head whose
-start fails on a bind is started again with another port (`START_ATTEMPTS`)."""
+start fails on a bind is started again with another port, a worker node whose call to the GCS timed out is started
+again (`START_ATTEMPTS`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ START_TIMEOUT_S = 180.0
 START_ATTEMPTS = 3
 BIND_FAILURES = ("Failed to bind", "Address already in use", "address already in use")
 """What a failed `ray start` log says when a port it was given is taken."""
+GCS_TIMEOUTS = ("Deadline Exceeded",)
+"""What a failed `ray start` of a worker node logs when the head's GCS did not answer in time (seen under load)."""
 RAY = str(Path(sys.executable).parent / "ray")
 
 
@@ -47,7 +50,7 @@ class NodeProcess:
     temp_dir: Path
     log: Path
     attempts: list[Path] = field(default_factory=list)
-    """The logs of the starts that failed on a bind before this one."""
+    """The logs of the starts that failed (on a bind, or a GCS call that timed out) before this one."""
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -179,14 +182,21 @@ def start_head(log_dir: Path, env: dict[str, str], num_cpus: int, num_gpus: int 
 def start_worker(head: RayHead, log: Path, env: dict[str, str], num_cpus: int, num_gpus: int,
                  resources: dict[str, float], wrap: Sequence[str] = ()) -> NodeProcess:
     """A node joining `head` with these resources, started through `wrap` (`_launch`); returns once `ray start`
-    reports it running (the caller waits for the GCS to list it)."""
-    temp_dir = _temp_dir()
+    reports it running (the caller waits for the GCS to list it). A start whose call to the head's GCS timed out (a
+    busy machine) is made again, up to `START_ATTEMPTS` in all; the later ones log to `<log>.<attempt>`."""
     args = [f"--address={head.gcs_address}", "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}",
             f"--num-gpus={num_gpus}", f"--resources={json.dumps(resources)}"]
-    node = NodeProcess(_launch(args, env, log, temp_dir, wrap), temp_dir, log)
-    try:
-        _wait_for(lambda: "Ray runtime started" in node.text(), node, "the Ray node")
-    except RayStartFailed:
-        node.stop()
-        raise
-    return node
+    failed: list[Path] = []
+    for attempt in range(START_ATTEMPTS):
+        temp_dir, attempt_log = _temp_dir(), log if attempt == 0 else log.with_name(f"{log.name}.{attempt}")
+        node = NodeProcess(_launch(args, env, attempt_log, temp_dir, wrap), temp_dir, attempt_log, list(failed))
+        try:
+            _wait_for(lambda node=node: "Ray runtime started" in node.text(), node, "the Ray node")
+        except RayStartFailed:
+            node.stop()
+            if not any(text in node.text() for text in GCS_TIMEOUTS) or attempt == START_ATTEMPTS - 1:
+                raise
+            failed.append(attempt_log)
+            continue
+        return node
+    raise AssertionError("unreachable")
