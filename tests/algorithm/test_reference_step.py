@@ -124,7 +124,7 @@ def test_reference_update_agrees_with_the_learners(step_one, warm_model_dir: Pat
     assert abs(sum(losses) / len(losses) - metrics["loss/policy"]) < 1e-6
     gap = max(float((tensor - updated[name]).abs().max()) for name, tensor in model.state_dict().items())
     moved = max(float((tensor - updated[name]).abs().max()) for name, tensor in initial.items())
-    assert gap < TOLERANCE[dtype] and moved > 10 * TOLERANCE[dtype], (gap, moved)
+    assert gap < TOLERANCE[dtype] and moved > 10 * gap, (gap, moved)  # the update moved the weights past the gap
 
 
 def test_reference_step_runs_on_its_own(warm_model_dir: Path) -> None:
