@@ -113,10 +113,9 @@ def _wait_for(ready: Callable[[], bool], node: NodeProcess, what: str) -> None:
 
 
 class RayStartFailed(RuntimeError):
-    """A `ray start` that exited or never became ready; `bind_failure` when its log says a port was taken."""
+    """A `ray start` that exited or never became ready, with the end of its log."""
 
     def __init__(self, node: NodeProcess, why: str) -> None:
-        self.bind_failure = any(text in node.text() for text in BIND_FAILURES)
         super().__init__(f"{why}: {node.text()[-3000:]}")
 
 
@@ -155,28 +154,41 @@ def _head_ready(node: NodeProcess, client_port: int, headers: dict[str, str]) ->
     return found is not None and _answers(found[0], headers) and _listens(node, client_port)
 
 
+def _start_until_ready(start: Callable[[int, list[Path]], tuple[NodeProcess, Callable[[], bool]]], what: str,
+                       again: Callable[[NodeProcess], bool]) -> NodeProcess:
+    """`start(attempt, failed logs)` -> (node, ready), waited for; a start that fails is made again while `again(node)`
+    says so, up to `START_ATTEMPTS` in all (the failed logs go to the next node's `attempts`)."""
+    failed: list[Path] = []
+    for attempt in range(START_ATTEMPTS):
+        node, ready = start(attempt, list(failed))
+        try:
+            _wait_for(ready, node, what)
+        except RayStartFailed:
+            node.stop()  # the log is outside the temp dir: still readable
+            if not again(node) or attempt == START_ATTEMPTS - 1:
+                raise
+            failed.append(node.log)
+            continue
+        return node
+    raise AssertionError("unreachable")
+
+
 def start_head(log_dir: Path, env: dict[str, str], num_cpus: int, num_gpus: int = 0,
                client_port: Callable[[], int] = free_port, headers: dict[str, str] | None = None,
                ) -> tuple[RayHead, NodeProcess]:
     """A head with the dashboard on 127.0.0.1, every port the OS's choice but the Ray Client server's
     (`client_port()`), started again with another on a bind failure; returns once the dashboard answers."""
-    failed: list[Path] = []
-    for attempt in range(START_ATTEMPTS):
+
+    def start(attempt: int, failed: list[Path]) -> tuple[NodeProcess, Callable[[], bool]]:
         temp_dir, log, port = _temp_dir(), log_dir / f"ray_head.{attempt}.log", client_port()
         args = ["--head", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--dashboard-port=0",
                 "--port=0", f"--ray-client-server-port={port}", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}"]
-        node = NodeProcess(_launch(args, env, log, temp_dir), temp_dir, log, list(failed))
-        try:
-            _wait_for(lambda node=node, port=port: _head_ready(node, port, headers or {}), node, "the Ray head")
-        except RayStartFailed as err:
-            node.stop()
-            if not err.bind_failure or attempt == START_ATTEMPTS - 1:
-                raise
-            failed.append(log)
-            continue
-        dashboard, gcs = _head_addresses(node.text())
-        return RayHead(address=dashboard, gcs_address=gcs, temp_dir=temp_dir), node
-    raise AssertionError("unreachable")
+        node = NodeProcess(_launch(args, env, log, temp_dir), temp_dir, log, failed)
+        return node, lambda: _head_ready(node, port, headers or {})
+
+    node = _start_until_ready(start, "the Ray head", lambda node: any(text in node.text() for text in BIND_FAILURES))
+    dashboard, gcs = _head_addresses(node.text())
+    return RayHead(address=dashboard, gcs_address=gcs, temp_dir=node.temp_dir), node
 
 
 def start_worker(head: RayHead, log: Path, env: dict[str, str], num_cpus: int, num_gpus: int,
@@ -186,17 +198,10 @@ def start_worker(head: RayHead, log: Path, env: dict[str, str], num_cpus: int, n
     busy machine) is made again, up to `START_ATTEMPTS` in all; the later ones log to `<log>.<attempt>`."""
     args = [f"--address={head.gcs_address}", "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}",
             f"--num-gpus={num_gpus}", f"--resources={json.dumps(resources)}"]
-    failed: list[Path] = []
-    for attempt in range(START_ATTEMPTS):
+
+    def start(attempt: int, failed: list[Path]) -> tuple[NodeProcess, Callable[[], bool]]:
         temp_dir, attempt_log = _temp_dir(), log if attempt == 0 else log.with_name(f"{log.name}.{attempt}")
-        node = NodeProcess(_launch(args, env, attempt_log, temp_dir, wrap), temp_dir, attempt_log, list(failed))
-        try:
-            _wait_for(lambda node=node: "Ray runtime started" in node.text(), node, "the Ray node")
-        except RayStartFailed:
-            node.stop()
-            if not any(text in node.text() for text in GCS_TIMEOUTS) or attempt == START_ATTEMPTS - 1:
-                raise
-            failed.append(attempt_log)
-            continue
-        return node
-    raise AssertionError("unreachable")
+        node = NodeProcess(_launch(args, env, attempt_log, temp_dir, wrap), temp_dir, attempt_log, failed)
+        return node, lambda: "Ray runtime started" in node.text()
+
+    return _start_until_ready(start, "the Ray node", lambda node: any(text in node.text() for text in GCS_TIMEOUTS))
