@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from strat.eval.summaries import Evaluation, Figure, Reference, RunSummary
+
 from .conftest import experiment_module
 
 
@@ -38,3 +40,32 @@ def test_each_arm_averages_its_steps_then_its_seeds(report, tmp_path: Path) -> N
     # 0.1 and 0.05: mean 0.075, sd 0.0354, half-width 0.318.
     assert table[2].startswith("| targets | 2 | 0.200 [-1.071, 1.471] | 0.075 [-0.243, 0.393] |"), table[2]
     assert table[3] == "| outcome | 0 | " + " | ".join(["-"] * 8) + " |"
+    # The confirmation's seeds apart from those that chose: seed 1 alone.
+    assert report.diagnostics_table(tmp_path, ["targets"], seeds=[1]).splitlines()[2].startswith(
+        "| targets | 1 | 0.100 | 0.050 |")
+
+
+def _summary(arm: str, seed: int, value: float, half: float) -> RunSummary:
+    """A liars_dice run whose final return against the heuristic player is `value` +- `half`."""
+    after = Evaluation(60, return_vs={"heuristic": Figure(value, value - half, value + half)})
+    return RunSummary(section="ablation", config="configs/liars_dice_tiny.yaml", game="liars_dice", game_options={},
+                      seed=seed, command="strat train", commit="abc", date="2026-12-03", steps=60,
+                      before=Evaluation(0), after=after, arm=arm)
+
+
+def test_the_games_table_pairs_the_hybrid_with_outcome_by_seed(report) -> None:
+    reference = Reference("heuristic", random=-0.5, heuristic=0.0)  # span 0.5: normalised = (R + 0.5) / 0.5
+    half = 1.96 * 0.05  # return interval half-width: standard error 0.05, 0.1 once normalised
+    runs = [_summary("outcome", 0, -0.25, half), _summary("outcome", 1, -0.20, half),
+            _summary("targets-segment-state", 0, -0.20, half), _summary("targets-segment-state", 1, -0.20, half),
+            _summary("targets-segment-state", 2, 0.0, half)]  # seed 2 unpaired: left out
+    row = report.games_table(runs, {"liars_dice": reference}, "targets-segment-state").splitlines()[2]
+    # Normalised: outcome 0.5, 0.6; hybrid 0.6, 0.6. Differences +0.1, 0.0: mean +0.05, sd 0.0707, t(1) 12.706,
+    # half-width 12.706 * 0.0707 / sqrt(2) = 0.635. Over deals: 1.96 * sqrt(4 * 0.1^2) / 2 = 0.196.
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:2] == ["liars_dice", "2"]
+    assert cells[2] == "+0.550 [-0.085, +1.185]"
+    assert cells[3] == "+0.600 [+0.600, +0.600]"
+    assert cells[4] == "+0.050 [-0.585, +0.685]"
+    assert cells[5] == "+0.050 [-0.146, +0.246]"
+    assert cells[6] == "no"  # judged over seeds: -0.585 < -0.05
