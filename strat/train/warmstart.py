@@ -1,4 +1,3 @@
-# Over 500 lines: the transcripts, the supervised loop and the format check share one prompt format and cache key.
 """Supervised warm start: weak scripted play with templated Past-Present-Future reasoning, and a short SFT on it.
 
 The actions come from random (or heuristic) players, never the equilibrium, so the warm-started policy follows the
@@ -8,27 +7,17 @@ only from what the acting agent can see (its own private information and the pub
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
-import logging
-import math
 import os
 import random
-import shutil
-import tempfile
 import time
-import warnings
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import torch
-import torch.nn.functional as F
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import games
 from games.opponents import make_opponent
@@ -44,27 +33,21 @@ from strat.algorithm.reasoning import (
 from strat.algorithm.records import Sections
 from strat.config import WEAK_PLAYERS
 from strat.engines import SamplingParams, build_engine
-from strat.engines.base import chat_prompt_ids
 from strat.model.tiny import build_once, cache_dir
+from strat.train import supervised
+from strat.train.supervised import Example, FitSettings, fit
 
 if TYPE_CHECKING:
-    import torch
 
     from games import TextGameEnv
 
-Messages = list[dict[str, str]]
-Example = tuple[Messages, str]
-"""(prompt messages, templated response) for one decision."""
 GameOptions = tuple[tuple[str, int | float | str | bool], ...]
 """A game's options as sorted (key, value) pairs: hashable, and part of the warm start's cache key."""
 
-IGNORE_INDEX = -100
-"""Label of positions that get no loss (prompt and padding), as torch's cross-entropy expects."""
 # Bumped whenever training changes in a way the settings and transcripts do not capture (part of the cache key).
 WARM_VERSION = 1
-log = logging.getLogger("strat.warmstart")
-PROGRESS_EVERY_S = 60.0
-"""How often, at most, a line of training progress (step, loss, time left) is logged."""
+WARM_INFO = "strat_warm.json"
+"""Written into a warm-started model directory: the game, the settings and the training figures."""
 
 # --- templated reasoning -------------------------------------------------------------------------------------------
 
@@ -258,172 +241,17 @@ class WarmStartSettings:
             raise ValueError(f"warm-start lr and max_seconds must be > 0, got {self.lr} and {self.max_seconds}")
 
 
-def _token_ids(encoded: object) -> list[int]:
-    """Token ids from a tokenizer call, which returns a list or a BatchEncoding depending on the version."""
-    if isinstance(encoded, Mapping):
-        encoded = encoded["input_ids"]
-    return list(encoded)
-
-
-def encode_example(tokenizer, messages: Messages, response: str) -> tuple[list[int], list[int]]:
-    """(input ids, labels): the chat prompt then the response and end-of-turn token; labels are IGNORE_INDEX on the
-    prompt, so only the response is learned."""
-    prompt = chat_prompt_ids(tokenizer, messages)
-    target = _token_ids(tokenizer(response, add_special_tokens=False)) + [tokenizer.eos_token_id]
-    return prompt + target, [IGNORE_INDEX] * len(prompt) + target
-
-
-def collate(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded input ids, attention mask and labels (IGNORE_INDEX on padding) for a batch."""
-    width = max(len(ids) for ids, _ in encoded)
-    input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(encoded), width), IGNORE_INDEX, dtype=torch.long)
-    attention = torch.zeros((len(encoded), width), dtype=torch.long)
-    for row, (ids, target) in enumerate(encoded):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        labels[row, : len(ids)] = torch.tensor(target)
-        attention[row, : len(ids)] = 1
-    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
-
-
-def _shared_prefix(batch: Mapping[str, torch.Tensor]) -> int:
-    """Leading columns that are the same prompt tokens in every row (the system prompt), less one so that the first
-    token after them is still predicted inside the graph."""
-    ids, labels = batch["input_ids"], batch["labels"]
-    same = (ids == ids[:1]).all(dim=0) & (labels == IGNORE_INDEX).all(dim=0)
-    differing = (~same).nonzero()
-    length = int(differing[0]) if len(differing) else ids.shape[1]
-    return max(0, length - 1)
-
-
-def _response_loss(model, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """Mean next-token cross-entropy over the labelled (response) tokens of the batch.
-
-    The prompt prefix shared by every row carries no loss, so it is encoded once, without gradient, and reused as the
-    KV cache of each row: the same loss at a fraction of the cost on CPU (prompts are mostly the system prompt).
-    """
-    ids, shared = batch["input_ids"], _shared_prefix(batch)
-    cache = None
-    if shared:
-        with torch.no_grad():
-            cache = model(input_ids=ids[:1, :shared], use_cache=True).past_key_values
-        cache.batch_repeat_interleave(ids.shape[0])
-    positions = torch.arange(shared, ids.shape[1]).expand(ids.shape[0], -1)
-    logits = model(
-        input_ids=ids[:, shared:],
-        attention_mask=batch["attention_mask"],
-        position_ids=positions,
-        past_key_values=cache,
-        use_cache=cache is not None,
-    ).logits[:, :-1]
-    targets = batch["labels"][:, shared + 1 :]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE_INDEX)
-
-
-def _lr_factor(step: int, total: int) -> float:
-    warmup = max(1, total // 20)
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def _save_atomically(model, tokenizer, out_dir: Path, info: dict[str, object]) -> None:
-    """Write the model directory to a staging folder beside `out_dir`, then move it into place."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        (staging / "strat_warm.json").write_text(json.dumps(info, indent=2, sort_keys=True))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.rename(staging, out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+def _fit_settings(settings: WarmStartSettings) -> FitSettings:
+    return FitSettings(epochs=settings.epochs, lr=settings.lr, batch_size=settings.batch_size,
+                       max_seconds=settings.max_seconds, seed=settings.seed)
 
 
 def _train(
     model_dir: Path, out_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]
 ) -> dict[str, float]:
     """Fine-tune on `examples` and save to `out_dir`; the figures that warm_start returns."""
-    with _warm_start_threads(torch):
-        return _fit(model_dir, out_dir, game, settings, examples)
-
-
-@contextlib.contextmanager
-def _warm_start_threads(torch):  # noqa: ANN001, ANN202  (torch is imported lazily)
-    """Two torch intra-op threads when the process may use two cores or more, for the warm start only, then as
-    they were. It runs before the actors start, alone: on a 2-core box two threads fit the tiny model 1.33x faster
-    than the process-wide one (same losses); more threads were not measured."""
-    previous = torch.get_num_threads()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    torch.set_num_threads(max(previous, min(cores, 2)))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
-def _fit(
-    model_dir: Path, out_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]
-) -> dict[str, float]:
-    start = time.monotonic()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
-    model.train()
-    encoded = [encode_example(tokenizer, messages, response) for messages, response in examples]
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.0)
-    per_epoch = math.ceil(len(encoded) / settings.batch_size)
-    total = per_epoch * settings.epochs
-    order = torch.Generator().manual_seed(settings.seed)
-    losses: list[float] = []
-    stopped_early = False
-    log.info("warm start of %s: %d examples x %d epoch(s) = %d steps (stopped after warm_start.max_seconds=%g s)",
-             game, len(encoded), settings.epochs, total, settings.max_seconds)
-    reported = start
-    for _ in range(settings.epochs):
-        permutation = torch.randperm(len(encoded), generator=order).tolist()
-        for first in range(0, len(encoded), settings.batch_size):
-            if time.monotonic() - start > settings.max_seconds:
-                stopped_early = True
-                break
-            batch = collate([encoded[i] for i in permutation[first : first + settings.batch_size]], pad_id)
-            for group in optimizer.param_groups:
-                group["lr"] = settings.lr * _lr_factor(len(losses), total)
-            loss = _response_loss(model, batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            losses.append(loss.item())
-            now = time.monotonic()
-            if now - reported >= PROGRESS_EVERY_S:
-                reported = now
-                left = (now - start) / len(losses) * (total - len(losses))
-                log.info("warm start of %s: step %d of %d, loss %.3f, ~%.0f min left", game, len(losses), total,
-                         losses[-1], left / 60)
-        if stopped_early:
-            break
-    model.eval()
-    if stopped_early:
-        warnings.warn(
-            f"warm start of {game} stopped after {settings.max_seconds} s at step {len(losses)} of {total}; "
-            "raise max_seconds for the full run",
-            stacklevel=3,
-        )
-    tail = losses[-max(1, len(losses) // 10) :]
-    figures = {
-        "examples": float(len(encoded)),
-        "steps": float(len(losses)),
-        "first_loss": losses[0] if losses else float("nan"),
-        "final_loss": sum(tail) / len(tail) if tail else float("nan"),
-        "stopped_early": float(stopped_early),
-        "seconds": time.monotonic() - start,
-    }
-    _save_atomically(model, tokenizer, out_dir, {"game": game, "settings": asdict(settings), "figures": figures})
-    return figures
+    return fit(model_dir, out_dir, examples, _fit_settings(settings), f"warm start of {game}", "warm_start",
+               WARM_INFO, {"game": game, "settings": asdict(settings)})
 
 
 def warm_start(model_dir: Path, out_dir: Path, game: str, settings: WarmStartSettings) -> dict[str, float]:
@@ -474,10 +302,7 @@ def ensure_warm(model_dir: Path, game: str, settings: WarmStartSettings) -> Path
 
 def stopped_early(model_dir: Path) -> bool:
     """Whether the warm start in `model_dir` was cut short by its `max_seconds` guard."""
-    info = Path(model_dir) / "strat_warm.json"
-    if not info.is_file():
-        return False
-    return bool(json.loads(info.read_text()).get("figures", {}).get("stopped_early"))
+    return supervised.stopped_early(model_dir, WARM_INFO)
 
 
 # --- checking the result -------------------------------------------------------------------------------------------

@@ -24,12 +24,10 @@ from games.cards import card_values
 from strat.algorithm.comparison import belief_text
 from strat.algorithm.reasoning import BELIEF_MARKER, parse_response
 from strat.model.tiny import cache_dir
-from strat.train import warmstart
+from strat.train import supervised, warmstart
+from strat.train.supervised import IGNORE_INDEX, collate, encode_example
 from strat.train.warmstart import (
-    IGNORE_INDEX,
     WarmStartSettings,
-    collate,
-    encode_example,
     ensure_warm,
     format_check,
     format_validity,
@@ -218,8 +216,8 @@ def test_loss_is_cross_entropy_on_response_tokens_only(tiny_model_dir: Path) -> 
             target = torch.tensor(ids[start:])
             total += F.cross_entropy(logits[start - 1 : -1], target, reduction="sum").item()
             count += len(target)
-        loss = warmstart._response_loss(model, batch)
-    assert warmstart._shared_prefix(batch) > 100  # the system prompt is encoded once for the batch
+        loss = supervised.response_loss(model, batch)
+    assert supervised.shared_prefix(batch) > 100  # the system prompt is encoded once for the batch
     assert loss.item() == pytest.approx(total / count, rel=1e-4)
 
 
@@ -239,8 +237,8 @@ def test_warm_start_threads_are_given_back() -> None:
     # A fresh process, as `strat train` and `strat sft` are: an in-process vLLM engine elsewhere in the suite pins
     # the OpenMP threads of this one.
     code = ("from strat.process_env import apply_defaults; apply_defaults()\n"
-            "import torch; from strat.train import warmstart\n"
-            "with warmstart._warm_start_threads(torch): print(torch.get_num_threads())\n"
+            "import torch; from strat.train import supervised\n"
+            "with supervised.training_threads(): print(torch.get_num_threads())\n"
             "print(torch.get_num_threads())")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
@@ -349,11 +347,11 @@ def test_a_warm_start_logs_its_size_and_progress(tiny_model_dir: Path, tmp_path:
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     """A user waiting on a long warm start sees how many steps it has and where it is, with the time left."""
-    monkeypatch.setattr(warmstart, "PROGRESS_EVERY_S", 0.0)  # a line after every step
-    with caplog.at_level(logging.INFO, logger="strat.warmstart"):
+    monkeypatch.setattr(supervised, "PROGRESS_EVERY_S", 0.0)  # a line after every step
+    with caplog.at_level(logging.INFO, logger="strat.supervised"):
         figures = warm_start(tiny_model_dir, tmp_path / "warm", GAME,
                              WarmStartSettings(episodes=6, epochs=2, batch_size=4, lr=1e-2))
-    lines = [record.getMessage() for record in caplog.records if record.name == "strat.warmstart"]
+    lines = [record.getMessage() for record in caplog.records if record.name == "strat.supervised"]
     steps = int(figures["steps"])
     assert lines[0] == (f"warm start of {GAME}: {int(figures['examples'])} examples x 2 epoch(s) = {steps} steps "
                         "(stopped after warm_start.max_seconds=300 s)")

@@ -1,0 +1,227 @@
+"""The supervised fine-tuning loop shared by the stages before RL (the rules pretraining and the warm start): chat
+examples with the loss on the reply's tokens only, AdamW with warm-up and cosine decay, and an atomic save.
+
+An example is (prompt messages, reply text). The prompt (system and user messages, formatted by the tokenizer's chat
+template) gets no loss; the reply and its end-of-turn token do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from strat.engines.base import chat_prompt_ids
+
+Messages = list[dict[str, str]]
+Example = tuple[Messages, str]
+"""(prompt messages, reply) for one supervised example."""
+
+IGNORE_INDEX = -100
+"""Label of positions that get no loss (prompt and padding), as torch's cross-entropy expects."""
+PROGRESS_EVERY_S = 60.0
+"""How often, at most, a line of training progress (step, loss, time left) is logged."""
+log = logging.getLogger("strat.supervised")
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """The optimisation of one supervised stage."""
+
+    epochs: int
+    """Passes over the examples."""
+    lr: float
+    """Peak AdamW learning rate (linear warm-up, then cosine decay to a tenth of it)."""
+    batch_size: int
+    """Examples per optimizer step."""
+    max_seconds: float
+    """Stop training after this long even if epochs remain: a guard for very slow machines, not the normal end."""
+    seed: int
+    """Seeds the example order."""
+
+
+def _token_ids(encoded: object) -> list[int]:
+    """Token ids from a tokenizer call, which returns a list or a BatchEncoding depending on the version."""
+    if isinstance(encoded, Mapping):
+        encoded = encoded["input_ids"]
+    return list(encoded)
+
+
+def encode_example(tokenizer, messages: Messages, response: str) -> tuple[list[int], list[int]]:
+    """(input ids, labels): the chat prompt then the response and end-of-turn token; labels are IGNORE_INDEX on the
+    prompt, so only the response is learned."""
+    prompt = chat_prompt_ids(tokenizer, messages)
+    target = _token_ids(tokenizer(response, add_special_tokens=False)) + [tokenizer.eos_token_id]
+    return prompt + target, [IGNORE_INDEX] * len(prompt) + target
+
+
+def collate(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded input ids, attention mask and labels (IGNORE_INDEX on padding) for a batch."""
+    width = max(len(ids) for ids, _ in encoded)
+    input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(encoded), width), IGNORE_INDEX, dtype=torch.long)
+    attention = torch.zeros((len(encoded), width), dtype=torch.long)
+    for row, (ids, target) in enumerate(encoded):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        labels[row, : len(ids)] = torch.tensor(target)
+        attention[row, : len(ids)] = 1
+    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+
+
+def shared_prefix(batch: Mapping[str, torch.Tensor]) -> int:
+    """Leading columns that are the same prompt tokens in every row (the system prompt), less one so that the first
+    token after them is still predicted inside the graph."""
+    ids, labels = batch["input_ids"], batch["labels"]
+    same = (ids == ids[:1]).all(dim=0) & (labels == IGNORE_INDEX).all(dim=0)
+    differing = (~same).nonzero()
+    length = int(differing[0]) if len(differing) else ids.shape[1]
+    return max(0, length - 1)
+
+
+def response_loss(model, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-token cross-entropy over the labelled (response) tokens of the batch.
+
+    The prompt prefix shared by every row carries no loss, so it is encoded once, without gradient, and reused as the
+    KV cache of each row: the same loss at a fraction of the cost on CPU (prompts are mostly the system prompt).
+    """
+    ids, shared = batch["input_ids"], shared_prefix(batch)
+    cache = None
+    if shared:
+        with torch.no_grad():
+            cache = model(input_ids=ids[:1, :shared], use_cache=True).past_key_values
+        cache.batch_repeat_interleave(ids.shape[0])
+    positions = torch.arange(shared, ids.shape[1]).expand(ids.shape[0], -1)
+    logits = model(
+        input_ids=ids[:, shared:],
+        attention_mask=batch["attention_mask"],
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=cache is not None,
+    ).logits[:, :-1]
+    targets = batch["labels"][:, shared + 1 :]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def _lr_factor(step: int, total: int) -> float:
+    warmup = max(1, total // 20)
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def save_atomically(model, tokenizer, out_dir: Path, info_file: str, info: dict[str, object]) -> None:
+    """Write the model directory, with `info` as JSON in `info_file`, to a staging folder beside `out_dir`, then move
+    it into place."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / info_file).write_text(json.dumps(info, indent=2, sort_keys=True))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.rename(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def training_threads() -> Iterator[None]:
+    """Two torch intra-op threads when the process may use two cores or more, for a supervised stage only, then as
+    they were. The stages run before the actors start, alone: on a 2-core box two threads fit the tiny model 1.33x
+    faster than the process-wide one (same losses); more threads were not measured."""
+    previous = torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(max(previous, min(cores, 2)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def fit(model_dir: Path, out_dir: Path, examples: Sequence[Example], settings: FitSettings, label: str,
+        section: str, info_file: str, info: dict[str, object]) -> dict[str, float]:
+    """Fine-tune the model in `model_dir` on `examples` and save it to `out_dir` atomically, with `info` and the
+    figures in `info_file`; returns examples, steps, first/final loss, stopped_early (0/1) and seconds. `label` names
+    the stage in the log (e.g. "warm start of kuhn_poker"), `section` the config section of its settings."""
+    with training_threads():
+        return _fit(Path(model_dir), Path(out_dir), examples, settings, label, section, info_file, info)
+
+
+def _fit(model_dir: Path, out_dir: Path, examples: Sequence[Example], settings: FitSettings, label: str,
+         section: str, info_file: str, info: dict[str, object]) -> dict[str, float]:
+    start = time.monotonic()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
+    model.train()
+    encoded = [encode_example(tokenizer, messages, response) for messages, response in examples]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.0)
+    per_epoch = math.ceil(len(encoded) / settings.batch_size)
+    total = per_epoch * settings.epochs
+    order = torch.Generator().manual_seed(settings.seed)
+    losses: list[float] = []
+    stopped_early = False
+    log.info("%s: %d examples x %d epoch(s) = %d steps (stopped after %s.max_seconds=%g s)",
+             label, len(encoded), settings.epochs, total, section, settings.max_seconds)
+    reported = start
+    for _ in range(settings.epochs):
+        permutation = torch.randperm(len(encoded), generator=order).tolist()
+        for first in range(0, len(encoded), settings.batch_size):
+            if time.monotonic() - start > settings.max_seconds:
+                stopped_early = True
+                break
+            batch = collate([encoded[i] for i in permutation[first : first + settings.batch_size]], pad_id)
+            for group in optimizer.param_groups:
+                group["lr"] = settings.lr * _lr_factor(len(losses), total)
+            loss = response_loss(model, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            losses.append(loss.item())
+            now = time.monotonic()
+            if now - reported >= PROGRESS_EVERY_S:
+                reported = now
+                left = (now - start) / len(losses) * (total - len(losses))
+                log.info("%s: step %d of %d, loss %.3f, ~%.0f min left", label, len(losses), total, losses[-1],
+                         left / 60)
+        if stopped_early:
+            break
+    model.eval()
+    if stopped_early:
+        warnings.warn(f"{label} stopped after {settings.max_seconds} s at step {len(losses)} of {total}; "
+                      f"raise {section}.max_seconds for the full run", stacklevel=4)
+    tail = losses[-max(1, len(losses) // 10) :]
+    figures = {
+        "examples": float(len(encoded)),
+        "steps": float(len(losses)),
+        "first_loss": losses[0] if losses else float("nan"),
+        "final_loss": sum(tail) / len(tail) if tail else float("nan"),
+        "stopped_early": float(stopped_early),
+        "seconds": time.monotonic() - start,
+    }
+    save_atomically(model, tokenizer, out_dir, info_file, {**info, "figures": figures})
+    return figures
+
+
+def stopped_early(model_dir: Path, info_file: str) -> bool:
+    """Whether the stage that wrote `model_dir` (its `info_file`) was cut short by its `max_seconds` guard."""
+    info = Path(model_dir) / info_file
+    if not info.is_file():
+        return False
+    return bool(json.loads(info.read_text()).get("figures", {}).get("stopped_early"))
