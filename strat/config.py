@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 import games
 from games.opponents import opponent_names
+from games.rules_corpus import kinds_for
 from strat.algorithm.estimators import advantage_names
 from strat.algorithm.reasoning import validate_format_penalty
 from strat.errors import ConfigError
@@ -107,6 +108,36 @@ WEAK_PLAYERS: tuple[str, ...] = get_args(WarmStartPlayer)
 
 TINY_WARM_START_LR = 1e-2
 """The warm start's learning rate where `warm_start.lr` is unset (not allowed for a Hub model)."""
+
+
+PretrainKind = Literal["legal_moves", "next_state", "own_info", "posterior"]
+"""The kinds of question of a game's rules corpus (`games.rules_corpus.KINDS`)."""
+
+
+class PretrainConfig(_Section):
+    """Rules pretraining before the warm start: the stand-in model learns to read its game (perception, not
+    strategy) from questions and answers its game's engine writes."""
+
+    enabled: bool = False
+    """Before the warm start, fine-tune on the game's rules corpus: legal moves, what an agent sees after a move, its
+    own private information, posteriors over the others' under a stated policy; never a move choice."""
+    examples: int = Field(20_000, ge=1)
+    """Questions and answers generated, in equal shares of the kinds."""
+    epochs: int = Field(1, ge=1)
+    """Passes over them."""
+    lr: float | None = Field(None, gt=0.0)
+    """AdamW learning rate. Unset: 1e-2 (`TINY_WARM_START_LR`), for the tiny random-weight models; a Hub model must
+    set one."""
+    batch_size: int = Field(16, ge=1)
+    """Examples per optimizer step."""
+    kinds: list[PretrainKind] | None = None
+    """The kinds of question; unset: every kind the game supports (own_info where players hold private
+    information, posterior where it is exact)."""
+    max_seconds: float = Field(1800.0, gt=0.0)
+    """A guard for slow machines: training stops after this long (the result then serves the run but is not
+    cached)."""
+    seed: int = Field(0, ge=0)
+    """Seed of the corpus and of the shuffling (part of the cache key)."""
 
 
 class WarmStartConfig(_Section):
@@ -632,6 +663,7 @@ class ExperimentConfig(_Section):
 
     run: RunConfig = Field(default_factory=RunConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
+    pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
     warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     game: GameConfig = Field(default_factory=GameConfig)
@@ -740,6 +772,7 @@ def cross_check(config: ExperimentConfig) -> None:
             f"warm_start.lr: model.path={config.model.path} is a pretrained Hub model; set its warm-start learning rate"
             f" (e.g. warm_start.lr=1e-5): the default {TINY_WARM_START_LR:g} is for the tiny random-weight models"
         )
+    _check_pretrain(config, game)
     _check_held_out(config, game, allowed)
     try:
         validate_format_penalty(config.algorithm.format_penalty, spec.return_range)
@@ -786,6 +819,19 @@ def _seen_opponents(config: ExperimentConfig) -> set[str]:
     """Scripted players the policy trains against, and the warm start's player."""
     seen = {o.name for o in config.game.opponents if o.kind == "scripted" and o.name}
     return seen | ({config.warm_start.player} if config.warm_start.enabled else set())
+
+
+def _check_pretrain(config: ExperimentConfig, game: str) -> None:
+    pretrain = config.pretrain
+    if not pretrain.enabled:
+        return
+    if pretrain.lr is None and hub.parse(config.model.path) is not None:
+        raise ConfigError(f"pretrain.lr: model.path={config.model.path} is a pretrained Hub model; set its learning"
+                          f" rate (e.g. pretrain.lr=1e-5): the default {TINY_WARM_START_LR:g} is for the tiny models")
+    supported = kinds_for(config.game.name, **config.game.options)
+    for kind in pretrain.kinds or ():
+        if kind not in supported:
+            raise ConfigError(f"pretrain.kinds: {kind!r} is not asked in {game} (its kinds: {', '.join(supported)})")
 
 
 def _check_held_out(config: ExperimentConfig, game: str, allowed: list[str]) -> None:

@@ -108,18 +108,22 @@ def system_prompt(game: TextGameEnv, depth: int) -> str:
     return f"{intro}\n\nRules:\n{game.rules()}\n\n{_format_block(depth, belief)}"
 
 
+def state_view(observation: str, history: str) -> str:
+    """An agent's view of the state as every prompt shows it: its observation, then the history under its header."""
+    return f"{observation}\n\n{_HISTORY_HEADER}\n{history.strip() or _NO_HISTORY}"
+
+
 def user_prompt(game: TextGameEnv, agent: str, depth: int) -> str:
     """What `agent` sees now: observation, history and legal actions by name.
 
     When `<past>` asks for a belief, the agent's own private information is repeated verbatim as the form to use.
     """
-    history = game.history_text(agent).strip() or _NO_HISTORY
     legal = ", ".join(game.legal_action_names(agent))
     private = game.private_info(agent)
     observation = game.observation_text(agent)
     if private and "past" in DEPTH_SECTIONS[depth]:
         observation += f"\n{_PRIVATE_HEADER} {private}"
-    return f"{observation}\n\n{_HISTORY_HEADER}\n{history}\n\n{_LEGAL_HEADER} {legal}"
+    return f"{state_view(observation, game.history_text(agent))}\n\n{_LEGAL_HEADER} {legal}"
 
 
 def build_messages(game: TextGameEnv, agent: str, depth: int) -> list[dict[str, str]]:

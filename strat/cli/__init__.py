@@ -1,6 +1,6 @@
 """The `strat` command line: one verb per job, one module per group of verbs.
 
-- `train.py`: check, config-reference, init-model, sft, train
+- `train.py`: check, config-reference, init-model, pretrain, sft, train
 - `eval.py`: eval
 - `export.py`: export
 - `play.py`: play
@@ -19,11 +19,12 @@ from strat.cli.eval import eval_command
 from strat.cli.export import export_command
 from strat.cli.play import play
 from strat.cli.results import results_app
-from strat.cli.train import check, config_reference, init_model, sft, train
+from strat.cli.train import check, config_reference, init_model, pretrain, sft, train
 
 app.command()(check)
 app.command("config-reference")(config_reference)
 app.command("init-model")(init_model)
+app.command()(pretrain)
 app.command()(sft)
 app.command()(train)
 app.command("eval")(eval_command)

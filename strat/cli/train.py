@@ -1,5 +1,5 @@
-"""`strat check`, `strat config-reference`, `strat init-model`, `strat sft`, `strat train`: a config and its
-reference, a model, a warm start and a run.
+"""`strat check`, `strat config-reference`, `strat init-model`, `strat pretrain`, `strat sft`, `strat train`: a
+config and its reference, a model, its rules pretraining and warm start, and a run.
 
 torch, transformers, Ray and the trainer are imported inside the verbs that need them: they cost seconds, and
 `strat --help` registers every verb."""
@@ -80,6 +80,31 @@ def sft(
     else:
         figures = warm_start(base, out, resolved.game.name, settings)
         typer.echo(f"warm-started model written to {out}: " + ", ".join(f"{k}={v:.4g}" for k, v in figures.items()))
+
+
+def pretrain(
+    config: ConfigArg,
+    overrides: OverridesArg = None,
+    out: Annotated[Path | None, typer.Option(help="Output directory (default: the shared cache, reused by train).")] = None,
+) -> None:
+    """Rules pretraining: fine-tune the config's model on questions and answers its game's engine writes (legal
+    moves, what an agent sees after a move, its own private information, posteriors), perception, not strategy.
+    `strat train` runs it first when `pretrain.enabled` is true; the result is cached either way."""
+    # Deferred for start-up cost (torch, transformers; see the module docstring).
+    from strat.train.pretrain import ensure_pretrained
+    from strat.train.pretrain import pretrain as run_pretrain
+    from strat.train.settings import base_model_path, pretrain_settings
+
+    resolved = load(config, overrides)
+    base = base_model_path(resolved)
+    settings = pretrain_settings(resolved)
+    if out is None:
+        path = ensure_pretrained(base, resolved.game.name, settings)
+        typer.echo(f"rules-pretrained model: {path}")
+    else:
+        figures = run_pretrain(base, out, resolved.game.name, settings)
+        typer.echo(f"rules-pretrained model written to {out}: "
+                   + ", ".join(f"{k}={v:.4g}" for k, v in figures.items()))
 
 
 def train(

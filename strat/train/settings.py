@@ -27,6 +27,7 @@ from strat.model.tiny import TinyModelSettings, resolve_model_path
 from strat.play.settings import engine_settings
 from strat.train.agreement_models import AgreementSettings
 from strat.train.learner import LearnerSettings
+from strat.train.pretrain import PretrainSettings
 from strat.train.warmstart import WarmStartSettings
 
 
@@ -101,6 +102,16 @@ def base_model_path(config: ExperimentConfig) -> Path:
     """The configured model's directory before any warm start; a `tiny:<game>` model is built with the
     config's `model.tiny` sizes on first use and cached."""
     return resolve_model_path(config.model.path, settings=TinyModelSettings(**config.model.tiny.model_dump()))
+
+
+def pretrain_settings(config: ExperimentConfig) -> PretrainSettings:
+    pretrain = config.pretrain
+    return PretrainSettings(
+        examples=pretrain.examples, epochs=pretrain.epochs,
+        lr=TINY_WARM_START_LR if pretrain.lr is None else pretrain.lr, batch_size=pretrain.batch_size,
+        max_seconds=pretrain.max_seconds, seed=pretrain.seed, kinds=tuple(pretrain.kinds or ()),
+        game_options=tuple(sorted(config.game.options.items())),
+    )
 
 
 def warm_start_settings(config: ExperimentConfig) -> WarmStartSettings:

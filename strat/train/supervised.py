@@ -8,6 +8,7 @@ template) gets no loss; the reply and its end-of-turn token do.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -16,7 +17,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from strat.engines.base import chat_prompt_ids
+from strat.model.tiny import build_once
 
 Messages = list[dict[str, str]]
 Example = tuple[Messages, str]
@@ -225,3 +227,43 @@ def stopped_early(model_dir: Path, info_file: str) -> bool:
     if not info.is_file():
         return False
     return bool(json.loads(info.read_text()).get("figures", {}).get("stopped_early"))
+
+
+# --- the cache ------------------------------------------------------------------------------------------------------
+
+
+def cache_key(model_dir: Path, payload: Mapping[str, object]) -> str:
+    """16 hex digits over the model's weights, tokenizer and config and a stage's `payload` (its version, settings
+    and a hash of its examples): a stage's cached output is reused only for the same model and the same training."""
+    digest = hashlib.sha256()
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no .safetensors files in {model_dir}")
+    # config.json too: two architectures can share every tensor's shape and bytes (e.g. 2 heads of 64 or 4 of 32).
+    for path in [*files, Path(model_dir) / "tokenizer.json", Path(model_dir) / "config.json"]:
+        if path.is_file():
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    digest.update(json.dumps(payload, sort_keys=True).encode())
+    return digest.hexdigest()[:16]
+
+
+def examples_hash(examples: Sequence[Example]) -> str:
+    """The SHA-256 of a stage's examples, for its cache key."""
+    return hashlib.sha256(json.dumps(examples).encode()).hexdigest()
+
+
+def ensure_built(target: Path, build: Callable[[Path], object], info_file: str) -> Path:
+    """The cached stage output `target`, built by `build(out_dir)` on first use (safe when several processes race).
+    A build cut short by its max_seconds guard (a slow or busy machine) serves the run that made it but is moved out
+    of the cache, so that the next run with the same settings trains the whole stage instead of reusing a
+    half-trained model."""
+    built = build_once(target, build)
+    if not stopped_early(built, info_file):
+        return built
+    aside = built.with_name(f"{built.name}-stopped-early-{os.getpid()}-{time.time_ns()}")
+    try:
+        os.rename(built, aside)
+    except OSError:  # another process moved it first: this one trains its own
+        return ensure_built(target, build, info_file)
+    return aside

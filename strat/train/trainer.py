@@ -42,11 +42,12 @@ from strat.play.settings import rollout_settings, target_settings
 from strat.sync.fingerprint import WeightsTag
 from strat.train.context_check import check_context, context_summary
 from strat.train.fleet import Fleet, Share, actor_died
+from strat.train.pretrain import ensure_pretrained
 from strat.train.ray_node import start_ray
 from strat.train.rehearsal import REHEARSAL_ROUNDS, episode_samples, load_rehearsal, save_rehearsal
 from strat.train.resume import read_overrides, resume_with_overrides
 from strat.train.rollout_record import Rollout, rollout_from_json, rollout_to_json
-from strat.train.settings import advantage_config, base_model_path, warm_start_settings
+from strat.train.settings import advantage_config, base_model_path, pretrain_settings, warm_start_settings
 from strat.train.tracking import open_tracker
 from strat.train.transcripts import render_transcripts
 from strat.train.warmstart import ensure_warm
@@ -362,10 +363,14 @@ class Trainer:
 
     @staticmethod
     def initial_model_path(config: ExperimentConfig) -> Path:
-        """The model RL starts from: the configured one (a tiny model is built), warm-started when asked."""
+        """The model RL starts from: the configured one (a tiny model is built), rules-pretrained and warm-started
+        when asked."""
         if config.model.tiny_game is not None:
             log.info("tiny model for %s: built on first use, then cached", config.model.tiny_game)
         base = base_model_path(config)
+        if config.pretrain.enabled:
+            log.info("rules pretraining (perception, not strategy): trained on first use, then cached")
+            base = ensure_pretrained(base, config.game.name, pretrain_settings(config))
         if not config.warm_start.enabled:
             return base
         log.info(

@@ -7,12 +7,8 @@ only from what the acting agent can see (its own private information and the pub
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-import os
 import random
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -33,7 +29,7 @@ from strat.algorithm.reasoning import (
 from strat.algorithm.records import Sections
 from strat.config import WEAK_PLAYERS
 from strat.engines import SamplingParams, build_engine
-from strat.model.tiny import build_once, cache_dir
+from strat.model.tiny import cache_dir
 from strat.train import supervised
 from strat.train.supervised import Example, FitSettings, fit
 
@@ -263,41 +259,21 @@ def warm_start(model_dir: Path, out_dir: Path, game: str, settings: WarmStartSet
 
 
 def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]) -> str:
-    digest = hashlib.sha256()
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"no .safetensors files in {model_dir}")
-    # config.json too: two architectures can share every tensor's shape and bytes (e.g. 2 heads of 64 or 4 of 32).
-    for path in [*files, model_dir / "tokenizer.json", model_dir / "config.json"]:
-        if path.is_file():
-            digest.update(path.name.encode())
-            digest.update(path.read_bytes())
-    text = hashlib.sha256(json.dumps(examples).encode()).hexdigest()
     fields = asdict(settings)
     if not settings.game_options:  # keys of runs without options stay what they were before options existed
         del fields["game_options"]
-    payload = {"version": WARM_VERSION, "game": game, "settings": fields, "transcripts": text}
-    digest.update(json.dumps(payload, sort_keys=True).encode())
-    return digest.hexdigest()[:16]
+    return supervised.cache_key(model_dir, {"version": WARM_VERSION, "game": game, "settings": fields,
+                                            "transcripts": supervised.examples_hash(examples)})
 
 
 def ensure_warm(model_dir: Path, game: str, settings: WarmStartSettings) -> Path:
-    """The cached warm-started copy of `model_dir`, trained on first use; safe when several processes race."""
+    """The cached warm-started copy of `model_dir`, trained on first use; safe when several processes race. One cut
+    short by `max_seconds` serves this run and is not cached (`supervised.ensure_built`)."""
     model_dir = Path(model_dir)
     examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player,
                            settings.game_options)
     target = cache_dir() / "warm" / f"{game}-{_cache_key(model_dir, game, settings, examples)}"
-    built = build_once(target, lambda out: _train(model_dir, out, game, settings, examples))
-    if not stopped_early(built):
-        return built
-    # Cut short by max_seconds (a slow or busy machine): this run uses it, but it is moved out of the cache, so
-    # that the next run with these settings trains the whole warm start instead of reusing a half-trained one.
-    aside = built.with_name(f"{built.name}-stopped-early-{os.getpid()}-{time.time_ns()}")
-    try:
-        os.rename(built, aside)
-    except OSError:  # another process moved it first: this one trains its own
-        return ensure_warm(model_dir, game, settings)
-    return aside
+    return supervised.ensure_built(target, lambda out: _train(model_dir, out, game, settings, examples), WARM_INFO)
 
 
 def stopped_early(model_dir: Path) -> bool:
