@@ -1,0 +1,449 @@
+"""Can the model read its game? The perception bars of the "models that read their game" issue, one probe per kind
+of game, picked by the config's game:
+
+    python experiments/can_the_model_read_its_game/perception_probes.py --config CONFIG
+        [--model DIR] [--states N] [--seed S] [--opponent NAME] [key=value ...]
+
+The model is the config's initial policy (its cached rules pretraining and warm start, trained on first use), or
+`--model`. Each figure is printed with a 95% interval (Student's t over the decisions or deals) and its bar: met
+when the whole interval is on its side, not met when none of it is, else undecided.
+
+- **Board games** (tic_tac_toe, connect_four): *legal mass at the first mention of the move*. At `--states`
+  decisions reached by random play (a uniformly drawn point of a random game, among those where some move is
+  illegal: a full column, a taken cell), the response is templated with a random legal move as the warm start
+  templates it, and cut where the move is first named (the move is chosen there). The model's probability of each
+  of the game's move names as the continuation (product of its tokens' probabilities, renormalised over all the
+  names) gives the share on legal moves. A model that ignores the board scores about the legal fraction (printed);
+  bar: >= 0.99.
+- **Liar's dice** (liars_dice): *the opening bid depends on one's own die*. At the opener's first decision of
+  `--states` sampled deals, the same cut (the first mention of a templated random bid) and the same scoring over
+  the legal moves (every bid; not "liar", one token where a bid is four) give P(open with face f), the sum over the
+  bids of face f. Per deal: P(own face) minus the mean over the other faces of P(that face) (with several dice, the
+  mean over the own faces against the others). 0 for a model that ignores its die; bar: >= 0.3 with the interval
+  above 0.
+- **Kuhn and Leduc poker** (two players): *belief regret under the opponent that played*. `--states` games against
+  a scripted opponent (`--opponent`; default the config's first scripted opponent, else random), the policy's seat
+  alternating; at each policy decision a response is sampled (hf engine, temperature 1) and its `<past>` belief
+  read. Regret = max_v p(v|h) - p(named value|h), with p the exact posterior over the opponent's card given the
+  history under that opponent's policy (`games.posterior`), scored as the comparison scores it (a hedge earns a
+  share, no readable belief earns 0 and so has regret max_v p(v|h)). Bars: <= 0.05 (Kuhn), <= 0.10 (Leduc).
+  Only at depths with `<past>`.
+
+The pieces are small functions over a `Scorer` (messages, response prefix, names -> probabilities) or a `Generate`
+(prompts -> responses), so tests drive them with a tiny model or a fake one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import random
+import re
+import statistics
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from strat.process_env import apply_defaults
+
+apply_defaults()  # one OpenMP thread and quiet logs, before torch or vLLM is imported (`import strat` sets nothing)
+
+import torch  # noqa: E402
+from scipy import stats  # noqa: E402  (a dependency of open-spiel)
+
+import games  # noqa: E402
+from games.base import BeliefValues, TextGameEnv  # noqa: E402
+from games.opponents import make_opponent  # noqa: E402
+from games.posterior import Posterior, posterior  # noqa: E402
+from strat.algorithm.comparison import belief_text, posterior_belief  # noqa: E402
+from strat.algorithm.reasoning import (  # noqa: E402
+    DEPTH_SECTIONS,
+    build_messages,
+    decide,
+    format_prompt,
+    parse_response,
+    section_occurrences,
+)
+from strat.algorithm.records import BeliefTarget  # noqa: E402
+from strat.train.warmstart import templated_response  # noqa: E402
+
+Messages = list[dict[str, str]]
+Scorer = Callable[[Messages, str, Sequence[str], bool], dict[str, float]]
+"""(prompt messages, response prefix, names, space) -> each name's probability as the text right after the prefix
+(" name" when `space`), renormalised over `names`."""
+Generate = Callable[[list[Messages]], list[str]]
+"""A batch of prompts -> one sampled response each."""
+
+BOARD_GAMES = ("tic_tac_toe", "connect_four")
+DICE_GAMES = ("liars_dice",)
+BELIEF_BARS = {"kuhn_poker": 0.05, "leduc_poker": 0.10}
+LEGAL_BAR = 0.99
+OPENING_BAR = 0.3
+FIRST_NAMED_IN = {0: "think", 1: "plan", 2: "their_view"}
+"""The section where the warm start's template first names the move at each depth (`templated_response`)."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean with its Student-t 95% interval over `n` values (infinite for one value, nan for none)."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    def __str__(self) -> str:
+        return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}]"
+
+
+def t_interval(values: Sequence[float]) -> Interval:
+    """The mean of `values` and its two-sided 95% interval from Student's t with n - 1 degrees of freedom."""
+    n = len(values)
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    mean = statistics.fmean(values)
+    if n == 1:
+        return Interval(mean, -math.inf, math.inf, 1)
+    half = float(stats.t.ppf(0.975, n - 1)) * statistics.stdev(values) / math.sqrt(n)
+    return Interval(mean, mean - half, mean + half, n)
+
+
+# --- scoring names as continuations --------------------------------------------------------------------------------
+
+
+def name_probabilities(model, tokenizer, context_ids: Sequence[int], names: Sequence[str],  # noqa: ANN001
+                       space: bool) -> dict[str, float]:
+    """The model's probability of each of `names` as the next text after `context_ids` (" name" when `space`), from
+    the product of its tokens' probabilities, renormalised over `names` (board_reading's `cell_probabilities` for
+    any list of names)."""
+    continuations = [tokenizer((" " if space else "") + name, add_special_tokens=False)["input_ids"] for name in names]
+    width = len(context_ids) + max(map(len, continuations))
+    rows = [list(context_ids) + tokens for tokens in continuations]
+    device = next(model.parameters()).device
+    ids = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows], device=device)
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(ids).logits.float(), dim=-1).cpu()
+    start = len(context_ids)
+    scores = torch.tensor([
+        sum(float(logprobs[k, position - 1, row[position]]) for position in range(start, len(row)))
+        for k, row in enumerate(rows)
+    ])
+    return dict(zip(names, torch.softmax(scores, dim=0).tolist(), strict=True))
+
+
+def model_scorer(model, tokenizer) -> Scorer:  # noqa: ANN001
+    """A `Scorer` from a causal LM and its tokenizer (prompt in its chat template, then the prefix)."""
+
+    def score(messages: Messages, prefix: str, names: Sequence[str], space: bool) -> dict[str, float]:
+        context = tokenizer(format_prompt(tokenizer, messages) + prefix, add_special_tokens=False)["input_ids"]
+        return name_probabilities(model, tokenizer, context, names, space)
+
+    return score
+
+
+def first_mention(response: str, name: str, depth: int) -> tuple[str, bool]:
+    """The templated `response` cut right before the move `name` is first named, and whether a space precedes it
+    there (then the cut drops it and the name is scored as " name", as tokenizers join a space to the next word).
+
+    The move is first named in `<their_view>` at depth 2 (its first occurrence there), `<plan>` at depth 1 and
+    `<think>` at depth 0 (their last occurrence: the template restates the situation or the past before the plan
+    sentence, and those may name another player's move of the same name); without one, at `<action>`."""
+    pattern = re.compile(r"(?<![\w])" + re.escape(name) + r"(?![\w])")
+    wanted = FIRST_NAMED_IN[depth]
+    for section, start, end in section_occurrences(response)[0]:
+        if section != wanted:
+            continue
+        found = list(pattern.finditer(response, start, end))
+        if found:
+            position = (found[0] if depth == 2 else found[-1]).start()
+            if response[position - 1] == " ":
+                return response[: position - 1], True
+            return response[:position], False
+    return response[: response.index("<action>") + len("<action>")], False
+
+
+def mention_context(env: TextGameEnv, agent: str, depth: int, rng: random.Random) -> tuple[Messages, str, bool]:
+    """The prompt of `agent`, and a response templated with a random legal move cut at its first mention."""
+    move = rng.choice(env.legal_actions(agent))
+    response = templated_response(env, agent, move, depth, rng)
+    prefix, space = first_mention(response, env.action_name(move, agent), depth)
+    return build_messages(env, agent, depth), prefix, space
+
+
+# --- board games: legal mass at the first mention -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LegalMass:
+    """The board probe over `share.n` decisions."""
+
+    game: str
+    depth: int
+    share: Interval
+    """Mean share of the move names' probability on legal moves, at the first mention."""
+    legal_fraction: float
+    """Mean share of legal moves among the names: what a model that ignores the board puts there."""
+
+
+def board_decisions(game: str, count: int, seed: int, options: Mapping[str, object] | None = None
+                    ) -> Iterator[TextGameEnv]:
+    """`count` decision points of `game`, each a uniformly drawn point of a seeded random game after at least one
+    move where some move is illegal (so reading the board matters); games without one are skipped."""
+    rng = random.Random(seed)
+    produced = 0
+    for deal in itertools.count():
+        if produced >= count:
+            return
+        env = games.make(game, **dict(options or {}))
+        env.reset(seed=seed * 1_000_003 + deal)
+        total = len(env.all_action_names())
+        candidates = []
+        for ply in itertools.count():
+            if env.pyspiel_state.is_terminal():
+                break
+            legal = env.legal_actions(env.agent_selection)
+            if ply >= 1 and len(legal) < total:
+                candidates.append(env.clone())
+            env.step(rng.choice(legal))
+        if candidates:
+            produced += 1
+            yield rng.choice(candidates)
+
+
+def legal_mass(scorer: Scorer, game: str, states: int, seed: int = 0, depth: int = 2,
+               options: Mapping[str, object] | None = None) -> LegalMass:
+    """The board probe: the share on legal moves at the first mention, over `states` decisions."""
+    rng = random.Random(seed + 1)
+    shares, fractions = [], []
+    for env in board_decisions(game, states, seed, options):
+        agent = env.agent_selection
+        names = env.all_action_names()
+        legal = set(env.legal_action_names(agent))
+        messages, prefix, space = mention_context(env, agent, depth, rng)
+        probabilities = scorer(messages, prefix, names, space)
+        shares.append(sum(p for name, p in probabilities.items() if name in legal))
+        fractions.append(len(legal) / len(names))
+    return LegalMass(game, depth, t_interval(shares), statistics.fmean(fractions))
+
+
+# --- liar's dice: the opening bid and one's own die -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpeningBias:
+    """The liar's dice probe over `margin.n` deals."""
+
+    depth: int
+    margin: Interval
+    """Mean over deals of P(open with an own face) - mean over other faces of P(open with that face)."""
+    own: float
+    """Mean P(open with an own face)."""
+    other: float
+    """Mean over deals of the mean P(open with another face)."""
+    by_face: dict[int, float] = field(default_factory=dict)
+    """Mean margin per own die face (one die each; with several, keyed by the lowest)."""
+
+
+def face_probabilities(env: TextGameEnv, probabilities: Mapping[str, float]) -> dict[int, float]:
+    """P(bid on face f) for each face: the summed probability of the bids of that face ("liar" left out)."""
+    faces = dict.fromkeys(range(1, env.sides + 1), 0.0)
+    for action, name in enumerate(env.all_action_names()):
+        if action != env.liar_action:
+            faces[env.bid(action)[1]] += probabilities.get(name, 0.0)
+    return faces
+
+
+def own_face_margin(faces: Mapping[int, float], own: Sequence[int]) -> tuple[float, float, float]:
+    """(margin, P(own), P(other)): P(own) the mean over the distinct own faces, P(other) the mean over the rest."""
+    mine = set(own)
+    others = [p for face, p in faces.items() if face not in mine]
+    p_own = statistics.fmean(faces[face] for face in mine)
+    p_other = statistics.fmean(others) if others else 0.0
+    return p_own - p_other, p_own, p_other
+
+
+def opening_bias(scorer: Scorer, states: int, seed: int = 0, depth: int = 2,
+                 options: Mapping[str, object] | None = None) -> OpeningBias:
+    """The liar's dice probe at the opener's first decision of `states` seeded deals."""
+    rng = random.Random(seed + 1)
+    margins, owns, others = [], [], []
+    by_face: dict[int, list[float]] = {}
+    for deal in range(states):
+        env = games.make("liars_dice", **dict(options or {}))
+        env.reset(seed=seed * 1_000_003 + deal)
+        agent = env.agent_selection
+        messages, prefix, space = mention_context(env, agent, depth, rng)
+        # Over the legal opening moves, the bids: "liar" (illegal here) is one token where a bid is several, and an
+        # untrained model's mass would go there.
+        faces = face_probabilities(env, scorer(messages, prefix, env.legal_action_names(agent), space))
+        dice = env.dice(agent)
+        margin, p_own, p_other = own_face_margin(faces, dice)
+        margins.append(margin)
+        owns.append(p_own)
+        others.append(p_other)
+        by_face.setdefault(dice[0], []).append(margin)
+    return OpeningBias(depth, t_interval(margins), statistics.fmean(owns), statistics.fmean(others),
+                       {face: statistics.fmean(values) for face, values in sorted(by_face.items())})
+
+
+# --- Kuhn and Leduc poker: belief regret under the opponent that played --------------------------------------------
+
+
+@dataclass(frozen=True)
+class BeliefRegret:
+    """The belief probe over `regret.n` decisions of `games` games."""
+
+    game: str
+    depth: int
+    opponent: str
+    games: int
+    regret: Interval
+    """Mean of max_v p(v|h) - p(named value|h) over the policy's decisions."""
+    unreadable: float
+    """Share of decisions whose `<past>` names no value (regret max_v p(v|h))."""
+    best: float
+    """Mean max_v p(v|h): the regret of naming nothing."""
+
+
+def belief_regret(past: str | None, found: Posterior, extract: BeliefValues) -> float:
+    """max_v p(v|h) minus the belief's expected score under `found`, as the comparison scores it
+    (`posterior_belief`: a missing or unreadable belief scores 0)."""
+    return posterior_belief(past, [BeliefTarget(found.target, tuple(found.probabilities.items()))], extract)[1]
+
+
+def readable(past: str | None, extract: BeliefValues) -> bool:
+    """Whether `past` has a belief line naming at least one value."""
+    guess = belief_text(past) if past is not None else None
+    return guess is not None and bool(extract(guess))
+
+
+def default_opponent(config) -> str:  # noqa: ANN001
+    """The config's first scripted opponent, else random."""
+    return next((o.name for o in config.game.opponents if o.kind == "scripted"), "random")
+
+
+def read_beliefs(generate: Generate, game: str, depth: int, episodes: int, opponent: str = "random", seed: int = 0,
+                 options: Mapping[str, object] | None = None) -> BeliefRegret:
+    """The belief probe: `episodes` games against `opponent`, the policy's seat alternating, in lockstep (each round
+    of the policy's decisions is one call of `generate`)."""
+    if "past" not in DEPTH_SECTIONS[depth]:
+        raise ValueError(f"depth {depth} responses have no <past>, so no belief to read (use depth 1 or 2)")
+    options = dict(options or {})
+    extract = games.belief_values(game)
+    envs = [games.make(game, **options) for _ in range(episodes)]
+    if envs and (envs[0].spec.num_players != 2 or extract is None):
+        raise ValueError(f"the belief probe is for two-player games with beliefs, not {game} with {options}")
+    seats = [env.possible_agents[i % 2] for i, env in enumerate(envs)]
+    players = [make_opponent(opponent, game, seed=seed * 1_000_003 + i, **options) for i in range(episodes)]
+    for i, env in enumerate(envs):
+        env.reset(seed=seed * 1_000_003 + i)
+    fallback = random.Random(seed)
+    regrets, best, unreadable = [], [], 0
+    while True:
+        pending = []
+        for i, env in enumerate(envs):
+            while not env.pyspiel_state.is_terminal() and env.agent_selection != seats[i]:
+                env.step(players[i].act(env, env.agent_selection))
+            if not env.pyspiel_state.is_terminal():
+                pending.append(i)
+        if not pending:
+            break
+        texts = generate([build_messages(envs[i], seats[i], depth) for i in pending])
+        for i, text in zip(pending, texts, strict=True):
+            env, agent = envs[i], seats[i]
+            other = next(a for a in env.possible_agents if a != agent)
+            found = posterior(env, agent, other, players[i].action_probs)
+            parsed = parse_response(text, depth)
+            past = parsed.sections.past
+            regrets.append(belief_regret(past, found, extract))
+            best.append(max(found.probabilities.values()))
+            unreadable += not readable(past, extract)
+            env.step(decide(parsed, env, agent, fallback, format_penalty=0.0).action)
+    return BeliefRegret(game, depth, opponent, episodes, t_interval(regrets),
+                        unreadable / len(regrets) if regrets else math.nan,
+                        statistics.fmean(best) if best else math.nan)
+
+
+def engine_generate(engine, max_tokens: int, seed: int, temperature: float = 1.0) -> Generate:  # noqa: ANN001
+    """A `Generate` over an engine: each call samples with its own seed (seed, call number), as format_check does."""
+    from strat.engines import SamplingParams
+
+    calls = itertools.count()
+
+    def generate(batch: list[Messages]) -> list[str]:
+        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed * 1_000_003 + next(calls))
+        return [output.text for output in engine.generate_chat(batch, params)]
+
+    return generate
+
+
+# --- the command ----------------------------------------------------------------------------------------------------
+
+
+def verdict(interval: Interval, bar: float, at_least: bool) -> str:
+    """"met" when the whole interval is on the bar's good side, "not met" when it is all on the other, else
+    "undecided" (the interval straddles the bar; more decisions would tell)."""
+    low, high = (interval.low, interval.high) if at_least else (-interval.high, -interval.low)
+    bar = bar if at_least else -bar
+    return "met" if low >= bar else "not met" if high < bar else f"undecided (mean {interval.mean:.3f})"
+
+
+def main() -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from strat.config_loading import load_config
+    from strat.engines import build_engine, resolve_device
+    from strat.train.trainer import Trainer
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--model", type=Path, help="a model directory instead of the config's initial policy")
+    parser.add_argument("--states", type=int, default=30, help="decisions (board), deals (dice) or games (poker)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--opponent", help="the poker probe's scripted opponent (default: the config's first "
+                        "scripted one, else random)")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")
+    args = parser.parse_args()
+    config = load_config(args.config, list(args.overrides))
+    game, depth, options = config.game.name, config.reasoning.depth, dict(config.game.options)
+    if game not in BOARD_GAMES + DICE_GAMES + tuple(BELIEF_BARS):
+        parser.error(f"no perception probe for {game} (probes: {', '.join(BOARD_GAMES + DICE_GAMES)}, "
+                     f"{', '.join(BELIEF_BARS)})")
+    if game in BELIEF_BARS and "past" not in DEPTH_SECTIONS[depth]:
+        parser.error(f"the belief probe reads <past>, which depth {depth} responses lack: set reasoning.depth=1 or 2")
+    model_dir = args.model or Trainer.initial_model_path(config)
+    device = resolve_device("auto")
+    print(f"{game}, depth {depth}, model {model_dir}")
+    if game in BELIEF_BARS:
+        opponent = args.opponent or default_opponent(config)
+        engine = build_engine("hf", model_dir, device=device)
+        try:
+            generate = engine_generate(engine, config.reasoning.max_new_tokens, args.seed)
+            result = read_beliefs(generate, game, depth, args.states, opponent, args.seed, options)
+        finally:
+            engine.close()
+        bar = BELIEF_BARS[game]
+        print(f"belief regret against {opponent}, {result.regret.n} decisions of {result.games} games: "
+              f"{result.regret} (bar <= {bar}: {verdict(result.regret, bar, at_least=False)})")
+        print(f"no readable belief: {result.unreadable:.3f} of decisions; naming nothing: regret {result.best:.3f}")
+        return
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
+    scorer = model_scorer(model.to(device).eval(), tokenizer)
+    if game in BOARD_GAMES:
+        mass = legal_mass(scorer, game, args.states, args.seed, depth, options)
+        print(f"legal mass at the first mention, {mass.share.n} decisions: {mass.share} "
+              f"(bar >= {LEGAL_BAR}: {verdict(mass.share, LEGAL_BAR, at_least=True)}; ignoring the board: "
+              f"{mass.legal_fraction:.3f})")
+        return
+    bias = opening_bias(scorer, args.states, args.seed, depth, options)
+    faces = ", ".join(f"{face}: {margin:+.3f}" for face, margin in bias.by_face.items())
+    print(f"opening on one's own face minus another, {bias.margin.n} deals: {bias.margin} "
+          f"(bar >= {OPENING_BAR} with the interval above 0: "
+          f"{'met' if bias.margin.mean >= OPENING_BAR and bias.margin.low > 0 else 'not met'})")
+    print(f"P(own face) {bias.own:.3f}, P(another face) {bias.other:.3f}; margin by own face: {faces}")
+
+
+if __name__ == "__main__":
+    main()
