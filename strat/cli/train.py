@@ -7,8 +7,9 @@ torch, transformers, Ray and the trainer are imported inside the verbs that need
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -22,6 +23,10 @@ from strat.config_reference import reference_markdown
 from strat.errors import UserError
 from strat.eval.summaries import record_provenance
 from strat.model import tiny as tiny_model
+
+StageOutArg = Annotated[
+    Path | None, typer.Option(help="Output directory (default: the shared cache, reused by train).")
+]
 
 
 def check(
@@ -64,7 +69,7 @@ def init_model(
 def sft(
     config: ConfigArg,
     overrides: OverridesArg = None,
-    out: Annotated[Path | None, typer.Option(help="Output directory (default: the shared cache, reused by train).")] = None,
+    out: StageOutArg = None,
 ) -> None:
     """Warm start: fine-tune the config's model on templated-reasoning transcripts of weak scripted play."""
     # Deferred for start-up cost (torch, transformers; see the module docstring).
@@ -72,20 +77,14 @@ def sft(
     from strat.train.warmstart import ensure_warm, warm_start
 
     resolved = load(config, overrides)
-    base = base_model_path(resolved)
-    settings = warm_start_settings(resolved)
-    if out is None:
-        path = ensure_warm(base, resolved.game.name, settings)
-        typer.echo(f"warm-started model: {path}")
-    else:
-        figures = warm_start(base, out, resolved.game.name, settings)
-        typer.echo(f"warm-started model written to {out}: " + ", ".join(f"{k}={v:.4g}" for k, v in figures.items()))
+    _run_stage("warm-started model", base_model_path(resolved), out, resolved.game.name,
+               warm_start_settings(resolved), ensure_warm, warm_start)
 
 
 def pretrain(
     config: ConfigArg,
     overrides: OverridesArg = None,
-    out: Annotated[Path | None, typer.Option(help="Output directory (default: the shared cache, reused by train).")] = None,
+    out: StageOutArg = None,
 ) -> None:
     """Rules pretraining: fine-tune the config's model on questions and answers its game's engine writes (legal
     moves, what an agent sees after a move, its own private information, posteriors), perception, not strategy.
@@ -96,15 +95,19 @@ def pretrain(
     from strat.train.settings import base_model_path, pretrain_settings
 
     resolved = load(config, overrides)
-    base = base_model_path(resolved)
-    settings = pretrain_settings(resolved)
+    _run_stage("rules-pretrained model", base_model_path(resolved), out, resolved.game.name,
+               pretrain_settings(resolved), ensure_pretrained, run_pretrain)
+
+
+def _run_stage(label: str, base: Path, out: Path | None, game: str, settings: object,
+               ensure: Callable[[Path, str, Any], Path], run: Callable[[Path, Path, str, Any], dict[str, float]]
+               ) -> None:
+    """A supervised stage before RL: into the shared cache (`ensure`, reused by train) or into `out` (`run`)."""
     if out is None:
-        path = ensure_pretrained(base, resolved.game.name, settings)
-        typer.echo(f"rules-pretrained model: {path}")
+        typer.echo(f"{label}: {ensure(base, game, settings)}")
     else:
-        figures = run_pretrain(base, out, resolved.game.name, settings)
-        typer.echo(f"rules-pretrained model written to {out}: "
-                   + ", ".join(f"{k}={v:.4g}" for k, v in figures.items()))
+        figures = run(base, out, game, settings)
+        typer.echo(f"{label} written to {out}: " + ", ".join(f"{k}={v:.4g}" for k, v in figures.items()))
 
 
 def train(

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from open_spiel.python import policy as openspiel_policy
 from open_spiel.python.algorithms.best_response import BestResponsePolicy
+from states import at  # this folder is on sys.path (no __init__.py)
 
 import games
 import games.posterior
@@ -19,16 +20,6 @@ from games.kuhn_poker import BET, PASS
 from games.leduc_poker import CALL, RAISE
 from games.opponents import uniform_policy
 from games.posterior import MAX_DEALS, Posterior, posterior, supports_posterior, table_policy
-
-
-def at(name: str, history: list[int], **options: int) -> TextGameEnv:
-    """An env of `name` at the pyspiel history `history` (chance outcomes and moves as action ids)."""
-    env = games.make(name, **options)
-    state = env.pyspiel_state.get_game().new_initial_state()
-    for action in history:
-        state.apply_action(action)
-    env.load_state(state)
-    return env
 
 
 def assert_probabilities(found: Posterior, expected: Mapping[str, Fraction | float]) -> None:

@@ -8,9 +8,9 @@ from collections import Counter
 from functools import cache
 
 import pytest
+from states import at  # this folder is on sys.path (no __init__.py)
 
 import games
-from games.base import TextGameEnv
 from games.kuhn_poker import BET, PASS
 from games.opponents import make_opponent, opponent_names, uniform_policy
 from games.posterior import Policy, posterior
@@ -27,16 +27,6 @@ from games.rules_corpus import (
     stated_policies,
 )
 from games.tic_tac_toe import cell_name
-
-
-def at(name: str, history: list[int], **options: int) -> TextGameEnv:
-    """An env of `name` at the pyspiel history `history` (chance outcomes and moves as action ids)."""
-    env = games.make(name, **options)
-    state = env.pyspiel_state.get_game().new_initial_state()
-    for action in history:
-        state.apply_action(action)
-    env.load_state(state)
-    return env
 
 
 def stated(name: str, player: str) -> StatedPolicy:

@@ -105,3 +105,17 @@ def test_the_run_starts_from_the_warm_start_of_the_pretrained_model(monkeypatch:
     calls.clear()
     assert Trainer.initial_model_path(load_config("configs/kuhn_poker_tiny.yaml", [])) == Path("/models/warm")
     assert calls == [("warm", Path("/models/base"))]  # off by default
+
+
+def test_strat_pretrain_writes_the_stage_where_out_says(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from strat.cli import app
+
+    out = tmp_path / "pretrained"
+    args = ["pretrain", "configs/kuhn_poker_tiny.yaml", f"model.path={tiny_model_dir}", "pretrain.examples=16",
+            "pretrain.batch_size=8", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert f"rules-pretrained model written to {out}: " in result.output and "final_loss=" in result.output
+    assert json.loads((out / PRETRAIN_INFO).read_text())["settings"]["examples"] == 16
