@@ -71,13 +71,15 @@ def sft(
     overrides: OverridesArg = None,
     out: StageOutArg = None,
 ) -> None:
-    """Warm start: fine-tune the config's model on templated-reasoning transcripts of weak scripted play."""
+    """Warm start: fine-tune the config's model (rules-pretrained first when `pretrain.enabled`) on
+    templated-reasoning transcripts of weak scripted play."""
     # Deferred for start-up cost (torch, transformers; see the module docstring).
-    from strat.train.settings import base_model_path, warm_start_settings
+    from strat.train.settings import warm_start_settings
+    from strat.train.stages import warm_start_base
     from strat.train.warmstart import ensure_warm, warm_start
 
     resolved = load(config, overrides)
-    _run_stage("warm-started model", base_model_path(resolved), out, resolved.game.name,
+    _run_stage("warm-started model", warm_start_base(resolved), out, resolved.game.name,
                warm_start_settings(resolved), ensure_warm, warm_start)
 
 

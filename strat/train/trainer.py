@@ -40,17 +40,16 @@ from strat.model import checkpoint
 from strat.play.rollout import derive_seed, plan_groups
 from strat.play.settings import rollout_settings, target_settings
 from strat.sync.fingerprint import WeightsTag
+from strat.train import stages
 from strat.train.context_check import check_context, context_summary
 from strat.train.fleet import Fleet, Share, actor_died
-from strat.train.pretrain import ensure_pretrained
 from strat.train.ray_node import start_ray
 from strat.train.rehearsal import REHEARSAL_ROUNDS, episode_samples, load_rehearsal, save_rehearsal
 from strat.train.resume import read_overrides, resume_with_overrides
 from strat.train.rollout_record import Rollout, rollout_from_json, rollout_to_json
-from strat.train.settings import advantage_config, base_model_path, pretrain_settings, warm_start_settings
+from strat.train.settings import advantage_config
 from strat.train.tracking import open_tracker
 from strat.train.transcripts import render_transcripts
-from strat.train.warmstart import ensure_warm
 
 log = logging.getLogger("strat.train")
 
@@ -363,20 +362,9 @@ class Trainer:
 
     @staticmethod
     def initial_model_path(config: ExperimentConfig) -> Path:
-        """The model RL starts from: the configured one (a tiny model is built), rules-pretrained and warm-started
-        when asked."""
-        if config.model.tiny_game is not None:
-            log.info("tiny model for %s: built on first use, then cached", config.model.tiny_game)
-        base = base_model_path(config)
-        if config.pretrain.enabled:
-            log.info("rules pretraining (perception, not strategy): trained on first use, then cached")
-            base = ensure_pretrained(base, config.game.name, pretrain_settings(config))
-        if not config.warm_start.enabled:
-            return base
-        log.info(
-            "warm start (format, not strategy): trained on first use (with its progress below), then cached"
-        )
-        return ensure_warm(base, config.game.name, warm_start_settings(config))
+        """The model RL starts from (`strat.train.stages.initial_model_path`): the configured one (a tiny model is
+        built), rules-pretrained and warm-started when asked."""
+        return stages.initial_model_path(config)
 
     def _restore(self) -> int:
         latest = self.resume_point.checkpoint

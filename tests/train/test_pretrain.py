@@ -90,15 +90,23 @@ def test_the_config_refuses_a_kind_the_game_does_not_ask_and_a_hub_model_without
     assert pretrain_settings(resolved).lr == 1e-2  # the tiny models' rate where unset
 
 
-def test_the_run_starts_from_the_warm_start_of_the_pretrained_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    import strat.train.trainer as trainer_module
+def fake_stages(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Path]]:
+    """Stages that record what they were given: a base model, its pretraining, its warm start."""
+    import strat.train.stages as stages
+    import strat.train.warmstart as warmstart
 
     calls: list[tuple[str, Path]] = []
-    monkeypatch.setattr(trainer_module, "base_model_path", lambda config: Path("/models/base"))
-    monkeypatch.setattr(trainer_module, "ensure_pretrained",
+    monkeypatch.setattr(stages, "base_model_path", lambda config: Path("/models/base"))
+    monkeypatch.setattr(stages, "ensure_pretrained",
                         lambda base, game, settings: calls.append(("pretrain", base)) or Path("/models/pretrained"))
-    monkeypatch.setattr(trainer_module, "ensure_warm",
-                        lambda base, game, settings: calls.append(("warm", base)) or Path("/models/warm"))
+    warm = (lambda base, game, settings: calls.append(("warm", base)) or Path("/models/warm"))  # noqa: E731
+    monkeypatch.setattr(stages, "ensure_warm", warm)
+    monkeypatch.setattr(warmstart, "ensure_warm", warm)
+    return calls
+
+
+def test_the_run_starts_from_the_warm_start_of_the_pretrained_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = fake_stages(monkeypatch)
     config = load_config("configs/kuhn_poker_tiny.yaml", ["pretrain.enabled=true"])
     assert Trainer.initial_model_path(config) == Path("/models/warm")
     assert calls == [("pretrain", Path("/models/base")), ("warm", Path("/models/pretrained"))]
@@ -119,3 +127,15 @@ def test_strat_pretrain_writes_the_stage_where_out_says(tiny_model_dir: Path, tm
     assert result.exit_code == 0, result.output
     assert f"rules-pretrained model written to {out}: " in result.output and "final_loss=" in result.output
     assert json.loads((out / PRETRAIN_INFO).read_text())["settings"]["examples"] == 16
+
+
+def test_strat_sft_warm_starts_the_pretrained_model_when_pretraining_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from strat.cli import app
+
+    calls = fake_stages(monkeypatch)
+    result = CliRunner().invoke(app, ["sft", "configs/kuhn_poker_tiny.yaml", "pretrain.enabled=true"])
+    assert result.exit_code == 0, result.output
+    assert calls == [("pretrain", Path("/models/base")), ("warm", Path("/models/pretrained"))]
+    assert "warm-started model: /models/warm" in result.output
