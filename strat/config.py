@@ -108,6 +108,9 @@ WEAK_PLAYERS: tuple[str, ...] = get_args(WarmStartPlayer)
 
 TINY_WARM_START_LR = 1e-2
 """The warm start's learning rate where `warm_start.lr` is unset (not allowed for a Hub model)."""
+TINY_PRETRAIN_LR = 1e-3
+"""Rules pretraining's learning rate where `pretrain.lr` is unset (not allowed for a Hub model): on tic-tac-toe's
+tiny model 1e-3 answered held-out questions where 1e-2 memorised (docs/results.md, "Models that read their game")."""
 
 
 PretrainKind = Literal["legal_moves", "next_state", "own_info", "posterior"]
@@ -126,7 +129,7 @@ class PretrainConfig(_Section):
     epochs: int = Field(1, ge=1)
     """Passes over them."""
     lr: float | None = Field(None, gt=0.0)
-    """AdamW learning rate. Unset: 1e-2 (`TINY_WARM_START_LR`), for the tiny random-weight models; a Hub model must
+    """AdamW learning rate. Unset: 1e-3 (`TINY_PRETRAIN_LR`), for the tiny random-weight models; a Hub model must
     set one."""
     batch_size: int = Field(16, ge=1)
     """Examples per optimizer step."""
@@ -827,7 +830,7 @@ def _check_pretrain(config: ExperimentConfig, game: str) -> None:
         return
     if pretrain.lr is None and hub.parse(config.model.path) is not None:
         raise ConfigError(f"pretrain.lr: model.path={config.model.path} is a pretrained Hub model; set its learning"
-                          f" rate (e.g. pretrain.lr=1e-5): the default {TINY_WARM_START_LR:g} is for the tiny models")
+                          f" rate (e.g. pretrain.lr=1e-5): the default {TINY_PRETRAIN_LR:g} is for the tiny models")
     supported = kinds_for(config.game.name, **config.game.options)
     for kind in pretrain.kinds or ():
         if kind not in supported:

@@ -38,7 +38,7 @@ class PretrainSettings:
     """Questions and answers generated from the game's engine, in equal shares of the kinds."""
     epochs: int = 1
     """Passes over them."""
-    lr: float = 1e-2
+    lr: float = 1e-3
     """Peak AdamW learning rate."""
     batch_size: int = 16
     """Examples per optimizer step."""

@@ -20,7 +20,7 @@ from pathlib import Path
 import games
 from strat.algorithm.advantage import AdvantageConfig
 from strat.algorithm.losses import LossConfig
-from strat.config import TINY_WARM_START_LR, ExperimentConfig
+from strat.config import TINY_PRETRAIN_LR, TINY_WARM_START_LR, ExperimentConfig
 from strat.model import hub
 from strat.model.build import LoraSettings
 from strat.model.tiny import TinyModelSettings, resolve_model_path
@@ -108,7 +108,7 @@ def pretrain_settings(config: ExperimentConfig) -> PretrainSettings:
     pretrain = config.pretrain
     return PretrainSettings(
         examples=pretrain.examples, epochs=pretrain.epochs,
-        lr=TINY_WARM_START_LR if pretrain.lr is None else pretrain.lr, batch_size=pretrain.batch_size,
+        lr=TINY_PRETRAIN_LR if pretrain.lr is None else pretrain.lr, batch_size=pretrain.batch_size,
         max_seconds=pretrain.max_seconds, seed=pretrain.seed, kinds=tuple(pretrain.kinds or ()),
         game_options=tuple(sorted(config.game.options.items())),
     )

@@ -87,7 +87,7 @@ def test_the_config_refuses_a_kind_the_game_does_not_ask_and_a_hub_model_without
         load_config("configs/tic_tac_toe_tiny.yaml", ["pretrain.enabled=true", "pretrain.kinds=[own_info]"])
     resolved = load_config("configs/kuhn_poker_tiny.yaml", ["pretrain.enabled=true", "pretrain.kinds=[posterior]"])
     assert pretrain_settings(resolved).kinds == ("posterior",)
-    assert pretrain_settings(resolved).lr == 1e-2  # the tiny models' rate where unset
+    assert pretrain_settings(resolved).lr == 1e-3  # the tiny models' rate where unset
 
 
 def fake_stages(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Path]]:
