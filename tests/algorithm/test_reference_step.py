@@ -31,8 +31,10 @@ from strat.train.settings import advantage_config, learner_settings
 CONFIG = Path(__file__).parents[2] / "configs" / "kuhn_poker_tiny.yaml"
 # The default config's algorithm, fewer and shorter games (the update's maths does not depend on the batch's size).
 # Depth 2 (the default is 1): the shared warm-started model (`warm_model_dir`) was taught the depth-2 format.
+# The hybrid advantage (the default config trains on the outcome alone since 2026-12-04): the reference covers the
+# process term too, and outcome-only is the hybrid without it.
 OVERRIDES = ["reasoning.depth=2", "engine.backend=hf", "schedule.max_staleness=0", "algorithm.groups_per_step=3",
-             "algorithm.group_size=4", "reasoning.max_new_tokens=96"]
+             "algorithm.group_size=4", "reasoning.max_new_tokens=96", "algorithm.advantage_mode=hybrid"]
 
 
 def _settings(config) -> reference.Settings:

@@ -35,7 +35,8 @@ def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
                 algorithm.dph_divergence, config.comparison.skip_forced, config.comparison.prediction_target,
                 config.comparison.belief_target, algorithm.credit, algorithm.process_baseline)
 
-    # The Kuhn config itself: hybrid, lam 0.5, depth 1, the clipped loss, no DPH-RL, forced moves scored.
+    # The Kuhn config with the hybrid advantage (the config itself trains on the outcome alone), lam 0.5, depth 1,
+    # the clipped loss, no DPH-RL, forced moves scored.
     expected = {
         "hybrid": ("hybrid", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
         "outcome": ("outcome", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
