@@ -181,7 +181,8 @@ def _method_rows(config: ExperimentConfig) -> list[tuple[str, str]]:
     return [
         ("reasoning depth", f"{reasoning.depth} (sections: {', '.join(DEPTH_SECTIONS[reasoning.depth])})"),
         ("advantage mode", algo.advantage_mode),
-        ("lam (process weight)", f"{algo.lam:g}"),
+        ("lam (process weight)", f"unused ({algo.advantage_mode} advantage)"
+         if algo.advantage_mode in ("outcome", "process") else f"{algo.lam:g}"),
         ("baseline", algo.baseline),
         ("group shape", f"{algo.group_size} episodes per group x {algo.groups_per_step} groups per step"),
         ("zero-spread groups", algo.zero_spread),

@@ -142,7 +142,8 @@ def test_card_figures_are_those_of_metrics_jsonl(trained: Path, exported: Path, 
         assert [value, low, high] == [round(x, 4) for x in (record["eval/exploitability"],
                                                            *record["eval/exploitability_ci"])]
     for fact in (f"base model: `{tiny_model_dir}`", "game: `kuhn_poker` with options: the defaults",
-                 "| reasoning depth | 1 ", "| advantage mode | hybrid |", "| lam (process weight) | 0.5 |",
+                 "| reasoning depth | 1 ", "| advantage mode | outcome |",
+                 "| lam (process weight) | unused (outcome advantage) |",
                  "| group shape | 3 episodes per group x 2 groups per step |", "| learning rate | 0.01 ",
                  "clipped surrogate", "Trained for 2 steps", "fine-tuning: all weights"):
         assert fact in card
