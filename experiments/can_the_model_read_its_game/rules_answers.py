@@ -102,10 +102,13 @@ def answer_kind(answer: Answer, rules: str, kind: Kind, questions: Sequence[Rule
             recalls.append(len(legal & set(named)) / len(legal) if legal else 1.0)
     known = [example for example in questions if question_key(example) in seen]
     recalled = sum(answer(rules_messages(rules, example)).strip() == example.answer.strip() for example in known)
-    mean = (lambda values: sum(values) / len(values) if values else None)  # noqa: E731
     return KindAnswers(kind, Share(exact, len(unseen)), Share(recalled, len(known)),
-                       mean(precisions) if kind == "legal_moves" else None,
-                       mean(recalls) if kind == "legal_moves" else None)
+                       _mean(precisions) if kind == "legal_moves" else None,
+                       _mean(recalls) if kind == "legal_moves" else None)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def rules_answers(answer: Answer, game: str, kinds: Sequence[Kind], per_kind: int, seed: int,

@@ -19,6 +19,7 @@ from pathlib import Path
 import games
 from games.rules_corpus import KINDS, RulesExample, kinds_for, rules_corpus
 from strat.algorithm.reasoning import state_view
+from strat.config import TINY_PRETRAIN_LR
 from strat.model.tiny import cache_dir
 from strat.train import supervised
 from strat.train.supervised import Example, FitSettings, Messages, fit
@@ -38,7 +39,7 @@ class PretrainSettings:
     """Questions and answers generated from the game's engine, in equal shares of the kinds."""
     epochs: int = 1
     """Passes over them."""
-    lr: float = 1e-3
+    lr: float = TINY_PRETRAIN_LR
     """Peak AdamW learning rate."""
     batch_size: int = 16
     """Examples per optimizer step."""
