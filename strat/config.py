@@ -264,11 +264,13 @@ class LearnerConfig(_Section):
 class OpponentConfig(_Section):
     """One opponent in the mix the policy plays against."""
 
-    kind: Literal["self", "scripted", "snapshot"] = "self"
-    """`self`: the policy itself; `scripted`: a games opponent by name; `snapshot`: a frozen past policy."""
+    kind: Literal["self", "scripted", "snapshot", "policy"] = "self"
+    """`self`: the policy itself; `scripted`: a games opponent by name; `snapshot`: a frozen past policy; `policy`:
+    another policy of the job, by its name in `policies` (a fixed LLM opponent)."""
     name: str | None = None
-    """Scripted opponent name (random, heuristic, equilibrium, minimax, or a weak player: contrarian, timid, truthful;
-    `games.opponents.opponent_names` lists those of a game); only for kind=scripted."""
+    """For kind=scripted, the scripted opponent's name (random, heuristic, equilibrium, minimax, or a weak player:
+    contrarian, timid, truthful; `games.opponents.opponent_names` lists those of a game); for kind=policy, the name
+    of an entry of `policies`."""
     weight: float = Field(1.0, gt=0.0)
     """Relative share of games against this opponent."""
 
@@ -276,8 +278,59 @@ class OpponentConfig(_Section):
     def _name_for_scripted(self) -> OpponentConfig:
         if self.kind == "scripted" and not self.name:
             raise ValueError("a scripted opponent needs a name (random, heuristic, equilibrium, minimax)")
-        if self.kind != "scripted" and self.name is not None:
-            raise ValueError(f"name is only for kind=scripted, not kind={self.kind}")
+        if self.kind == "policy" and not self.name:
+            raise ValueError("a policy opponent needs the name of an entry of `policies`")
+        if self.kind not in ("scripted", "policy") and self.name is not None:
+            raise ValueError(f"name is only for kind=scripted or kind=policy, not kind={self.kind}")
+        return self
+
+    @property
+    def label(self) -> str:
+        """How the opponent is named in metrics and seats: `self`, `snapshot`, `scripted:<name>` or `policy:<name>`."""
+        return self.kind if self.name is None else f"{self.kind}:{self.name}"
+
+
+POLICY_NAME = r"^[A-Za-z][A-Za-z0-9_\-]*$"
+RESERVED_POLICY_NAMES = ("policy", "snapshot", "self")
+"""Names a `policies` entry may not take: the trained policy's and the snapshot opponent's seats are named so."""
+
+
+class PolicyConfig(_Section):
+    """Another policy of the job besides the one trained (`model`, `learner`, `algorithm`): a fixed LLM
+    opponent, played by its own engine from its own checkpoint with its own tokenizer, chat template and reasoning
+    format, and never updated."""
+
+    name: str = Field(..., pattern=POLICY_NAME)
+    """Its name: opponents name it (`{kind: policy, name: ...}`), and its seats are `policy:<name>` in episodes."""
+    model: str
+    """What plays: a run directory (its latest complete checkpoint, in the run's reasoning format), a checkpoint
+    directory (`checkpoints/step_N`), a model directory exported by `strat export` (in the format it carries), a
+    Hugging Face model directory or Hub name `org/name[@revision]` (the trained policy's reasoning format)."""
+    train: bool = True
+    """Whether it trains. Only `false` is built: a fixed opponent. One job trains one policy."""
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in RESERVED_POLICY_NAMES:
+            raise ValueError(f"{value!r} is reserved (the trained policy's and the snapshot's seats); choose another")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_exists(cls, value: str) -> str:
+        if hub.parse(value) is not None:
+            return value
+        if not Path(value).expanduser().is_dir():
+            raise ValueError(f"no directory at {value!r} (a run, checkpoint or model directory, or a Hub name"
+                             " org/name[@revision], is accepted)")
+        return value
+
+    @model_validator(mode="after")
+    def _fixed_only(self) -> PolicyConfig:
+        if self.train:
+            raise ValueError(f"train=true ({self.name}): co-training a second policy is not built yet (one job trains"
+                             " one policy); set train: false to play it as a fixed opponent")
         return self
 
 
@@ -678,6 +731,9 @@ class ExperimentConfig(_Section):
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    policies: list[PolicyConfig] = Field(default_factory=list)
+    """The job's other policies, besides the one trained: fixed LLM opponents (`train: false`) that
+    `game.opponents` names (`{kind: policy, name: ...}`). Empty: one policy, as before."""
 
     @property
     def run_dir(self) -> Path:
@@ -765,6 +821,7 @@ def cross_check(config: ExperimentConfig) -> None:
             raise ConfigError(
                 f"game.opponents.{index}.name={opponent.name!r}: not available for {game} (allowed: {', '.join(allowed)})"
             )
+    _check_policies(config)
     if config.warm_start.enabled and config.warm_start.player not in allowed:
         raise ConfigError(
             f"warm_start.player={config.warm_start.player!r}: not available for {game}"
@@ -805,6 +862,28 @@ def cross_check(config: ExperimentConfig) -> None:
         )
     _check_learner_ranks(config.resources)
     _check_comparison(config.comparison)
+
+
+def _check_policies(config: ExperimentConfig) -> None:
+    """Each `policies` entry has its own name and plays some seat; each policy opponent names an entry."""
+    names = [policy.name for policy in config.policies]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise ConfigError(f"policies.{index}.name={name!r}: two policies have this name")
+    for index, opponent in enumerate(config.game.opponents):
+        if opponent.kind == "policy" and opponent.name not in names:
+            raise ConfigError(f"game.opponents.{index}.name={opponent.name!r}: no such entry in policies"
+                              f" ({', '.join(names) if names else 'none is configured'})")
+    played = {o.name for o in config.game.opponents if o.kind == "policy"}
+    for index, name in enumerate(names):
+        if name not in played:
+            raise ConfigError(f"policies.{index} ({name}) plays no seat: name it in game.opponents"
+                              f" ({{kind: policy, name: {name}}}) or remove it")
+
+
+def fixed_policy_names(config: ExperimentConfig) -> list[str]:
+    """The fixed policies the run plays against, in `policies` order (each needs its own engine)."""
+    return [policy.name for policy in config.policies if not policy.train]
 
 
 def held_out_opponents(config: ExperimentConfig) -> list[str]:

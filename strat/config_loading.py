@@ -16,7 +16,7 @@ from strat.errors import ConfigError
 from strat.model import hub
 
 HUB_KEYS = (("model", "path"), ("comparison", "judge_model"), ("comparison", "embedding_model"))
-"""The keys that may name a Hub model: (section, key)."""
+"""The keys that may name a Hub model: (section, key); and each `policies` entry's `model`."""
 
 
 def from_dict(tree: dict[str, Any]) -> ExperimentConfig:
@@ -40,6 +40,15 @@ def pin_hub_names(config: ExperimentConfig) -> ExperimentConfig:
             raise ConfigError(f"{section}.{key}={value!r}: {err}") from None
         if pinned != value:
             config = config.model_copy(update={section: part.model_copy(update={key: pinned})})
+    policies = []
+    for index, policy in enumerate(config.policies):
+        try:
+            pinned = hub.pin(policy.model)
+        except ValueError as err:
+            raise ConfigError(f"policies.{index}.model={policy.model!r}: {err}") from None
+        policies.append(policy if pinned == policy.model else policy.model_copy(update={"model": pinned}))
+    if policies != config.policies:
+        config = config.model_copy(update={"policies": policies})
     return config
 
 

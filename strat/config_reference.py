@@ -71,6 +71,8 @@ def _bounds(info: FieldInfo) -> str:
 
 
 def _default(info: FieldInfo) -> str:
+    if info.is_required():
+        return "(required)"
     value = info.get_default(call_default_factory=True)
     if isinstance(value, BaseModel):
         return "(section)"

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from strat.config import ExperimentConfig, TinyConfig
 from strat.errors import PlacementError
-from strat.model import hub
+from strat.model import checkpoint, hub
 
 GiB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -362,22 +363,50 @@ def engine_memory(shape: ModelShape, config: ExperimentConfig, role: str, count:
     return ActorMemory(role, count, on_gpu, tuple(parts), keys, engine.gpu_memory_utilization if on_gpu else 1.0)
 
 
-def plan_memory(config: ExperimentConfig, shape: ModelShape, gpu_memory: int | None = None) -> MemoryPlan:
-    """The estimate of every engine and learner of the run (the snapshot opponent's engine when it plays)."""
+def plan_memory(config: ExperimentConfig, shape: ModelShape, gpu_memory: int | None = None,
+                fixed: Sequence[tuple[str, ModelShape]] = ()) -> MemoryPlan:
+    """The estimate of every engine and learner of the run (the snapshot opponent's engine when it plays, and each
+    fixed policy's, of its own shape)."""
     actors = [engine_memory(shape, config, "agent", config.resources.agents)]
     if any(o.kind == "snapshot" for o in config.game.opponents):
         actors.append(engine_memory(shape, config, "snapshot", 1))
+    actors += [engine_memory(fixed_shape, config, f"policy:{name}", 1) for name, fixed_shape in fixed]
     actors.append(learner_memory(shape, config))
     return MemoryPlan(tuple(actors), gpu_memory)
 
 
+def fixed_policy_shapes(config: ExperimentConfig) -> list[tuple[str, ModelShape]]:
+    """The shape of each fixed policy's model (a run directory's latest checkpoint); PlacementError when its files
+    are not here."""
+    shapes = []
+    for index, policy in enumerate(config.policies):
+        if policy.train:
+            continue
+        directory = Path(policy.model).expanduser()
+        if hub.parse(policy.model) is not None:
+            directory = hub.cached(hub.parse(policy.model))
+            if directory is None:
+                raise PlacementError(f"policies.{index}.model={policy.model!r} is not in the Hugging Face cache here")
+        elif (directory / "checkpoints").is_dir():
+            latest = checkpoint.latest(directory)
+            if latest is None:
+                raise PlacementError(f"policies.{index}.model={policy.model!r}: the run has no complete checkpoint")
+            directory = latest.path
+        if not (directory / "config.json").is_file():
+            raise PlacementError(f"policies.{index}.model={policy.model!r}: no config.json at {directory} here")
+        shapes.append((policy.name, load_shape(directory)))
+    return shapes
+
+
 def memory_plan_for(config: ExperimentConfig, model_path: str, gpu_memory: int | None) -> MemoryPlan:
-    """`plan_memory` for the model at `model_path`, or a plan that says why it cannot estimate it."""
+    """`plan_memory` for the model at `model_path` (and the fixed policies'), or a plan that says why it cannot
+    estimate it."""
     try:
         shape = resolve_shape(model_path, config.model.tiny)
+        fixed = fixed_policy_shapes(config)
     except PlacementError as err:
         return MemoryPlan((), gpu_memory, unknown=str(err))
-    return plan_memory(config, shape, gpu_memory)
+    return plan_memory(config, shape, gpu_memory, fixed)
 
 
 def check_fits(result: MemoryPlan) -> None:

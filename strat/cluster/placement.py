@@ -24,14 +24,14 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from strat.config import ExperimentConfig
+from strat.config import ExperimentConfig, fixed_policy_names
 from strat.errors import PlacementError
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-Role = Literal["agent", "snapshot", "rollout_worker", "comparator", "learner"]
+Role = Literal["agent", "snapshot", "fixed", "rollout_worker", "comparator", "learner"]
 Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 _EPS = 1e-9
 
@@ -217,6 +217,8 @@ def _role_bundles(config: ExperimentConfig) -> list[tuple[Role, int, str, Bundle
     rows: list[tuple[Role, int, str, Bundle]] = [("agent", i, "agents", agent) for i in range(res.agents)]
     if any(o.kind == "snapshot" for o in config.game.opponents):
         rows.append(("snapshot", 0, "agents", agent))
+    # Each fixed LLM opponent's engine takes an agent's bundle (its model may be smaller; the bundle is the same).
+    rows += [("fixed", i, "agents", agent) for i, _ in enumerate(fixed_policy_names(config))]
     rows += [("rollout_worker", i, "rollout_workers", Bundle(res.cpus_per_worker, 0.0))
              for i in range(res.rollout_workers)]
     rows.append(("comparator", 0, "comparator", Bundle(res.cpus_comparator, res.gpus_comparator)))
@@ -232,6 +234,7 @@ GROUP_STRATEGY: Strategy = "PACK"
 _NEED_KEY = {
     "agent": "resources.gpus_per_agent x engine.tensor_parallel_size",
     "snapshot": "resources.gpus_per_agent x engine.tensor_parallel_size",
+    "fixed": "resources.gpus_per_agent x engine.tensor_parallel_size",
     "rollout_worker": "resources.cpus_per_worker",
     "comparator": "resources.gpus_comparator",
     "learner": "resources.gpus_learner",
@@ -247,8 +250,8 @@ def plan(config: ExperimentConfig, cluster: ClusterSpec) -> Plan:
     max_cpus = max((n.cpus for n in cluster.nodes if n.cpus is not None), default=None)
     for role, _, _, bundle in rows:
         if bundle.gpus > cluster.max_node_gpus + _EPS:
-            what = "a tensor-parallel engine" if role in ("agent", "snapshot") and config.engine.tensor_parallel_size > 1 \
-                else "its actor"
+            engine_role = role in ("agent", "snapshot", "fixed")
+            what = "a tensor-parallel engine" if engine_role and config.engine.tensor_parallel_size > 1 else "its actor"
             raise PlacementError(
                 f"{role}: {what} needs {bundle.gpus:g} GPUs on one node ({_NEED_KEY[role]}) "
                 f"but the largest node has {cluster.max_node_gpus:g} ({where})"

@@ -231,36 +231,63 @@ def load_policy(
                 f"(scripted: {', '.join(allowed)})"
             )
         return ScriptedPolicy(spec, game, game_options)
-    checkpoint, step, run_dir = resolve_checkpoint(path)
+    found = checkpoint_play_config(path, game, game_options, overrides or ReasoningOverrides())
+    name = f"{hub_name.repo_id}@{found.checkpoint.name}" if hub_name is not None else found.name
+    return LLMPolicy.from_checkpoint(found.checkpoint, found.config, backend=backend, name=name, step=found.step,
+                                     run_dir=found.run_dir)
+
+
+@dataclass(frozen=True)
+class CheckpointPlay:
+    """A model directory and how it plays: its run's config (or an exported model's, or the defaults) with the
+    model pointed at it; `carries_format` says whether that reasoning format came with the model."""
+
+    checkpoint: Path
+    config: ExperimentConfig
+    step: int | None
+    run_dir: Path | None
+    carries_format: bool
+
+    @property
+    def name(self) -> str:
+        """`run@step` for a run's checkpoint, else the directory's name."""
+        if self.run_dir is not None and self.step is not None:
+            return f"{self.run_dir.name}@{self.step}"
+        return self.checkpoint.name
+
+
+def checkpoint_play_config(path: Path, game: str | None, game_options: dict[str, object] | None = None,
+                           overrides: ReasoningOverrides | None = None, key: str = "--policy") -> CheckpointPlay:
+    """A run, checkpoint or model directory resolved (`resolve_checkpoint`) with the config it plays in
+    (`load_policy`'s rules); errors name `key`."""
+    checkpoint, step, run_dir = resolve_checkpoint(path, key)
     exported = sidecar.read(checkpoint) if run_dir is None else None
     config = _run_config(checkpoint, run_dir, exported, game, game_options, overrides or ReasoningOverrides())
     if exported is not None and step is None:
         step = exported.step
-    name = f"{run_dir.name}@{step}" if run_dir is not None and step is not None else checkpoint.name
-    if hub_name is not None:
-        name = f"{hub_name.repo_id}@{checkpoint.name}"  # the snapshot directory is named by its commit
-    return LLMPolicy.from_checkpoint(checkpoint, config, backend=backend, name=name, step=step, run_dir=run_dir)
+    carries = exported is not None or (run_dir is not None and (run_dir / "config.yaml").is_file())
+    return CheckpointPlay(checkpoint, config, step, run_dir, carries)
 
 
-def resolve_checkpoint(path: Path) -> tuple[Path, int | None, Path | None]:
+def resolve_checkpoint(path: Path, key: str = "--policy") -> tuple[Path, int | None, Path | None]:
     """(model directory, step, run directory) for a run directory, a checkpoint or a bare model directory. A checkpoint
-    is verified against its manifest first: a damaged one is refused in one line."""
+    is verified against its manifest first: a damaged one is refused in one line (naming `key`)."""
     if (path / "checkpoints").is_dir() or ((path / "config.yaml").is_file() and not (path / "config.json").is_file()):
         latest = checkpoints.latest(path)
         if latest is None:
-            raise ConfigError(f"--policy={str(path)!r}: the run directory has no complete checkpoint yet")
+            raise ConfigError(f"{key}={str(path)!r}: the run directory has no complete checkpoint yet")
         checkpoints.require_verified(latest)
         return latest.path, latest.step, path
     if not (path / "config.json").is_file():
         raise ConfigError(
-            f"--policy={str(path)!r}: not a run directory (config.yaml, checkpoints/) "
+            f"{key}={str(path)!r}: not a run directory (config.yaml, checkpoints/) "
             "nor a model directory (config.json)"
         )
     step = None
     if path.name.startswith("step_") and path.name[len("step_") :].isdigit():
         if not (path / checkpoints.COMPLETE).is_file():
             raise ConfigError(
-                f"--policy={str(path)!r}: the checkpoint is incomplete (no {checkpoints.COMPLETE} marker)"
+                f"{key}={str(path)!r}: the checkpoint is incomplete (no {checkpoints.COMPLETE} marker)"
             )
         step = int(path.name[len("step_") :])
         checkpoints.require_verified(checkpoints.Checkpoint(path, step))

@@ -29,6 +29,13 @@ Spans = Callable[[Sequence[int], str], tuple[tuple[str, int, int], ...]]
 
 OBSERVATION_DEPTH = 2
 """The prompt depth whose user message is a turn's recorded observation (it names the private information)."""
+POLICY_SEAT = "policy:"
+"""Prefix of a fixed policy's seats in `Episode.seats` and of its player's key in the game loop (`policy:<name>`)."""
+
+
+def policy_seat(name: str) -> str:
+    """The seat name of the job's policy `name` (a `{kind: policy, name: ...}` opponent)."""
+    return f"{POLICY_SEAT}{name}"
 
 
 def derive_seed(*parts: int | str) -> int:
@@ -177,47 +184,57 @@ class RolloutRunner:
         policy: Generate,
         snapshot: Generate | None = None,
         spans: Spans | None = None,
+        fixed: Mapping[str, LLMPlayer] | None = None,
     ) -> None:
         self.settings = settings
         self.encode = encode
         self.policy = policy
         self.snapshot = snapshot
         self.spans = spans
+        self.fixed: dict[str, LLMPlayer] = dict(fixed or {})
+        """The job's fixed policies by name (`{kind: policy, name: ...}` opponents), each with its own encoding,
+        engine and reasoning format."""
+
+    def players(self) -> dict[str, LLMPlayer]:
+        """Every LLM player of the rollout by key: the trained policy, the snapshot, each fixed policy's seat."""
+        players = {"policy": LLMPlayer(self.settings, self.encode, self.policy, self.spans)}
+        if self.snapshot is not None:
+            players["snapshot"] = LLMPlayer(self.settings, self.encode, self.snapshot, self.spans)
+        for name, player in self.fixed.items():
+            players[policy_seat(name)] = player
+        return players
 
     def run(self, plans: Sequence[GroupPlan], sampling_seed: int) -> list[Episode]:
         """Play `group_size` games per plan; every round batches all pending LLM decisions. With score targets
         asked for, they are estimated at the end, on the same weights (`strat.algorithm.targets`)."""
-        players = {"policy": LLMPlayer(self.settings, self.encode, self.policy, self.spans)}
-        if self.snapshot is not None:
-            players["snapshot"] = LLMPlayer(self.settings, self.encode, self.snapshot, self.spans)
+        players = self.players()
         episodes = play_games([game for plan in plans for game in self._start_group(plan)], players, sampling_seed)
         if not self.settings.targets.wanted:
             return episodes
-        estimator = TargetEstimator(self.settings.targets, self.settings.game_options, self._samplers())
+        estimator = TargetEstimator(self.settings.targets, self.settings.game_options, self._samplers(players))
         episodes, _ = estimator.estimate(episodes, derive_seed(sampling_seed, "targets"))
         return episodes
 
-    def _samplers(self) -> dict[str, Sampler]:
+    def _samplers(self, players: Mapping[str, LLMPlayer]) -> dict[str, Sampler]:
         """One fresh move per location from each LLM seat (the fallback's move where the output has none)."""
 
-        def sampler(generate: Generate) -> Sampler:
-            return lambda located, seed: [moves[0] for moves in self.sample_actions(located, 1, seed, generate).actions]
+        def sampler(player: LLMPlayer) -> Sampler:
+            return lambda located, seed: [moves[0] for moves in self.sample_actions(located, 1, seed, player).actions]
 
-        samplers = {"policy": sampler(self.policy)}
-        if self.snapshot is not None:
-            samplers["snapshot"] = sampler(self.snapshot)
-        return samplers
+        return {key: sampler(player) for key, player in players.items()}
 
     def sample_actions(self, located: Sequence[tuple[TextGameEnv, str]], n: int, seed: int,
-                       generate: Generate | None = None) -> SampledMoves:
-        """`n` moves of the policy (or of `generate`) at each (env, agent) in its reasoning format; invalid output
+                       player: LLMPlayer | None = None) -> SampledMoves:
+        """`n` moves of the policy (or of `player`) at each (env, agent) in its reasoning format; invalid output
         counts as the fallback it triggers, and is marked invalid. One batched generation for all of them."""
-        settings = self.settings
-        prompts = [self.encode(build_messages(env, agent, settings.depth)) for env, agent in located]
+        settings = self.settings if player is None else player.settings
+        encode = self.encode if player is None else player.encode
+        generate = self.policy if player is None else player.generate
+        prompts = [encode(build_messages(env, agent, settings.depth)) for env, agent in located]
         params = SamplingParams(
             max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p, seed=seed
         )
-        generations = (generate or self.policy)([prompt for prompt in prompts for _ in range(n)], params)
+        generations = generate([prompt for prompt in prompts for _ in range(n)], params)
         rng = random.Random(derive_seed(seed, "fallback"))
         actions: list[list[int]] = []
         valid: list[list[bool]] = []
@@ -244,7 +261,11 @@ class RolloutRunner:
                     seed=derive_seed(plan.seed, member, "opponent") % (2**31), **settings.game_options,
                 )
                 scripted = {agent: opponent for agent in agents if agent not in ego}
-            other = "snapshot" if plan.opponent.kind == "snapshot" else "policy"
+            other = {"snapshot": "snapshot", "policy": policy_seat(plan.opponent.name or "")}.get(
+                plan.opponent.kind, "policy")
+            if other.startswith(POLICY_SEAT) and plan.opponent.name not in self.fixed:
+                raise ValueError(f"{plan.group_id}: no fixed policy {plan.opponent.name!r} in this rollout"
+                                 f" (fixed: {', '.join(self.fixed) or 'none'})")
             players = {agent: ("policy" if agent in ego else other) for agent in agents if agent not in scripted}
             started.append(
                 LiveGame(

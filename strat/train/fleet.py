@@ -18,7 +18,7 @@ from strat.algorithm.records import Episode
 from strat.cluster.placement import cluster_from_ray, needs_placement, reserve
 from strat.cluster.placement import plan as plan_placement
 from strat.cluster.storage import check_shared_storage
-from strat.config import ExperimentConfig
+from strat.config import ExperimentConfig, fixed_policy_names
 from strat.errors import ConfigError, PlacementError, RunAborted
 from strat.model import checkpoint
 from strat.play.rollout import GroupPlan
@@ -27,6 +27,7 @@ from strat.sync.fingerprint import WeightsTag
 from strat.sync.weights import WeightSync
 from strat.train.agent_actor import AgentActor
 from strat.train.comparator_actor import CoTComparator
+from strat.train.fixed_policies import FixedPolicy, resolve_fixed_policies
 from strat.train.learner_actor import LearnerGroup
 from strat.train.ray_node import actor_env_vars, actor_threads
 from strat.train.rollout_actor import RolloutWorker
@@ -41,7 +42,7 @@ def required_resources(config: ExperimentConfig) -> dict[str, float]:
     """CPUs and GPUs the run's actors ask for together."""
     res = config.resources
     snapshot = any(o.kind == "snapshot" for o in config.game.opponents)
-    agents = res.agents + int(snapshot)
+    agents = res.agents + int(snapshot) + len(fixed_policy_names(config))
     return {
         "CPU": agents * res.cpus_per_agent + res.rollout_workers * res.cpus_per_worker
         + res.learner_world_size * res.cpus_learner + res.cpus_comparator,
@@ -83,8 +84,12 @@ class Fleet:
     """The agents (and the snapshot opponent's agent), rollout workers, comparator and learner ranks of one run, and
     the weight sync between them. `step` says which step a fatal loss happened in (the step the driver is working on)."""
 
-    def __init__(self, config: ExperimentConfig, run_dir: Path, model_path: str, step: Callable[[], int]) -> None:
+    def __init__(self, config: ExperimentConfig, run_dir: Path, model_path: str, step: Callable[[], int],
+                 fixed: tuple[FixedPolicy, ...] | None = None) -> None:
         self.config, self.run_dir, self.model_path = config, run_dir, model_path
+        self.fixed_policies = resolve_fixed_policies(config) if fixed is None else fixed
+        """The fixed LLM opponents, resolved; each has its own agent in `fixed` (by name), never synced."""
+        self.fixed: dict[str, Any] = {}
         self._step = step
         self.restarts = 0
         """Actors restarted so far in this run."""
@@ -121,6 +126,9 @@ class Fleet:
         self.snapshot = None
         if any(o.kind == "snapshot" for o in config.game.opponents):
             self.snapshot = self._new_agent(role="snapshot")
+        for index, policy in enumerate(self.fixed_policies):
+            self.fixed[policy.name] = self._new_agent(index=index, role="fixed", model_path=str(policy.model_dir))
+            log.info("fixed policy %s: %s", policy.name, policy.source)
         self.workers = [self._new_worker(i) for i in range(res.rollout_workers)]
         weights = config.comparison.weights
         self.comparator = CoTComparator.options(
@@ -138,8 +146,9 @@ class Fleet:
                                self.learner_get, self.call_agents)
         self._collect_handles()
         self._wait_ready(self._handles)
-        log.info("actors ready: %d agent(s), %d rollout worker(s), comparator, learner (%d rank(s))",
-                 len(self.agents), len(self.workers), len(self.learner.ranks))
+        log.info("actors ready: %d agent(s)%s, %d rollout worker(s), comparator, learner (%d rank(s))",
+                 len(self.agents), f" and {len(self.fixed)} fixed polic{'y' if len(self.fixed) == 1 else 'ies'}"
+                 if self.fixed else "", len(self.workers), len(self.learner.ranks))
 
     def stop(self) -> None:
         """Kill every actor and give the placement groups back."""
@@ -155,21 +164,22 @@ class Fleet:
         actor takes the bundle its predecessor freed."""
         return {} if self.placement is None else {"scheduling_strategy": self.placement.strategy(role, index)}
 
-    def _new_agent(self, index: int = 0, role: str = "agent") -> Any:
+    def _new_agent(self, index: int = 0, role: str = "agent", model_path: str | None = None) -> Any:
         cls, options = self._agent_cls
         return cls.options(**options, **self._placed(role, index)).remote(
-            self.config.engine.backend, self.model_path, self._engine_settings
+            self.config.engine.backend, model_path or self.model_path, self._engine_settings
         )
 
     def _new_worker(self, index: int) -> Any:
         agent = self.agents[index % len(self.agents)]
         cls, options = self._worker_cls
+        fixed = [(policy, self.fixed[policy.name]) for policy in self.fixed_policies]
         return cls.options(**options, **self._placed("rollout_worker", index)).remote(
-            rollout_settings(self.config), self.model_path, agent, self.snapshot
+            rollout_settings(self.config), self.model_path, agent, self.snapshot, fixed
         )
 
     def _collect_handles(self) -> None:
-        self._handles = [*self.agents, *self.workers, self.comparator, *self.learner.ranks]
+        self._handles = [*self.agents, *self.workers, self.comparator, *self.learner.ranks, *self.fixed.values()]
         if self.snapshot is not None:
             self._handles.append(self.snapshot)
 
@@ -205,7 +215,8 @@ class Fleet:
 
     def _any_lost(self) -> bool:
         """Whether an agent or rollout worker is dead, pinged all at once (a busy one counts as alive)."""
-        handles = [*self.agents, *self.workers, *([self.snapshot] if self.snapshot is not None else [])]
+        handles = [*self.agents, *self.workers, *([self.snapshot] if self.snapshot is not None else []),
+                   *self.fixed.values()]
         pings = [handle.ready.remote() for handle in handles]
         answered, _ = ray.wait(pings, num_returns=len(pings), timeout=ACTOR_PING_TIMEOUT_S)
         for ping in answered:
@@ -269,12 +280,16 @@ class Fleet:
             )
         dead_agents = [i for i, handle in enumerate(self.agents) if not self.alive(handle)]
         snapshot_dead = self.snapshot is not None and not self.alive(self.snapshot)
+        dead_fixed = [i for i, policy in enumerate(self.fixed_policies) if not self.alive(self.fixed[policy.name])]
         dead_workers = [i for i, handle in enumerate(self.workers) if not self.alive(handle)]
-        log.warning("%s: actor died (%s); restarting %d agent(s)%s and %d rollout worker(s) "
+        log.warning("%s: actor died (%s); restarting %d agent(s)%s%s and %d rollout worker(s) "
                     "(restart %d of at most %d), the lost work is replayed",
                     where, type(err).__name__, len(dead_agents), " and the snapshot" if snapshot_dead else "",
+                    f", {len(dead_fixed)} fixed polic{'y' if len(dead_fixed) == 1 else 'ies'}" if dead_fixed else "",
                     len(dead_workers), self.restarts, limit)
-        self._start_again(where, [("agent", i) for i in dead_agents] + ([("snapshot", 0)] if snapshot_dead else []))
+        # A fixed policy's agent loads its own checkpoint as it starts: nothing to reload.
+        self._start_again(where, [("agent", i) for i in dead_agents] + ([("snapshot", 0)] if snapshot_dead else [])
+                          + [("fixed", i) for i in dead_fixed])
         ray.get(self.sync.reload_calls([self.agents[i] for i in dead_agents], snapshot_dead))
         self._start_again(where, [("rollout_worker", i) for i in dead_workers])
         if dead_agents or snapshot_dead:
@@ -282,6 +297,10 @@ class Fleet:
                 worker.set_agents.remote(self.agents[i % len(self.agents)], self.snapshot)
                 for i, worker in enumerate(self.workers) if i not in dead_workers
             ])
+        if dead_fixed:
+            restarted = {self.fixed_policies[i].name: self.fixed[self.fixed_policies[i].name] for i in dead_fixed}
+            ray.get([worker.set_fixed.remote(restarted) for i, worker in enumerate(self.workers)
+                     if i not in dead_workers])
         if dead_agents and self.judges():
             ray.get(self.comparator.set_agents.remote(self.judges()))
         self._collect_handles()
@@ -298,10 +317,12 @@ class Fleet:
                     self.agents[index] = self._new_agent(index=index)
                 elif role == "snapshot":
                     self.snapshot = self._new_agent(role="snapshot")
+                elif role == "fixed":
+                    policy = self.fixed_policies[index]
+                    self.fixed[policy.name] = self._new_agent(index, "fixed", str(policy.model_dir))
                 else:
                     self.workers[index] = self._new_worker(index)
-            handles = [self.snapshot if role == "snapshot" else (self.agents if role == "agent" else self.workers)[index]
-                       for role, index in slots]
+            handles = [self._slot_handle(role, index) for role, index in slots]
             ready = [handle.ready.remote() for handle in handles]
             _, pending = ray.wait(ready, num_returns=len(ready), timeout=max(0.0, deadline - time.monotonic()))
             if pending:
@@ -324,6 +345,13 @@ class Fleet:
                 log.warning("%s: %d restarted actor(s) died before they started (sent to a lost node); starting them"
                             " again", where, len(died))
             slots = died
+
+    def _slot_handle(self, role: str, index: int) -> Any:
+        if role == "snapshot":
+            return self.snapshot
+        if role == "fixed":
+            return self.fixed[self.fixed_policies[index].name]
+        return (self.agents if role == "agent" else self.workers)[index]
 
     @staticmethod
     def alive(handle: Any) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
@@ -11,38 +12,51 @@ from strat.algorithm.records import Episode
 from strat.engines import Generation, SamplingParams
 from strat.engines.base import chat_prompt_ids
 from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability
-from strat.play.rollout import GroupPlan, RolloutRunner, RolloutSettings, VersusGames, evaluate_vs
+from strat.play.rollout import GroupPlan, LLMPlayer, RolloutRunner, RolloutSettings, VersusGames, evaluate_vs
+from strat.train.fixed_policies import FixedPolicy
 from strat.train.token_offsets import TokenOffsets
+
+
+def _encoder(tokenizer: Any) -> Callable[[list[dict[str, str]]], list[int]]:
+    """Chat messages to prompt ids in `tokenizer`'s chat template."""
+    return lambda messages: chat_prompt_ids(tokenizer, messages)
+
+
+def _remote(handle: Any) -> Callable[[list[list[int]], SamplingParams], list[Generation]]:
+    """Generation on the agent actor `handle`, waited for."""
+    return lambda prompts, params: ray.get(handle.generate.remote(prompts, params))
 
 
 @ray.remote
 class RolloutWorker:
     """Owns the games and scripted opponents; the policy and snapshot live in agent actors."""
 
-    def __init__(self, settings: RolloutSettings, model_path: str, agent: Any, snapshot: Any | None = None) -> None:
+    def __init__(self, settings: RolloutSettings, model_path: str, agent: Any, snapshot: Any | None = None,
+                 fixed: Sequence[tuple[FixedPolicy, Any]] = ()) -> None:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
-
-        def encode(messages: list[dict[str, str]]) -> list[int]:
-            return chat_prompt_ids(tokenizer, messages)
-
-        def remote(handle: Any):
-            def generate(prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-                return ray.get(handle.generate.remote(prompts, params))
-
-            return generate
-
         self.settings = settings
-        self._remote = remote
-        self.runner = RolloutRunner(settings, encode, remote(agent), remote(snapshot) if snapshot is not None else None,
+        self.runner = RolloutRunner(settings, _encoder(tokenizer), _remote(agent),
+                                    _remote(snapshot) if snapshot is not None else None,
                                     spans=TokenOffsets(tokenizer).spans)
+        # Each fixed policy prompts in its own tokenizer and chat template, and reads in its own format.
+        self._fixed = {policy.name: policy for policy, _ in fixed}
+        self._fixed_encoders = {policy.name: _encoder(AutoTokenizer.from_pretrained(policy.model_dir))
+                                for policy, _ in fixed}
+        self.set_fixed({policy.name: handle for policy, handle in fixed})
 
     def ready(self) -> bool:
         return True
 
     def set_agents(self, agent: Any, snapshot: Any | None = None) -> None:
         """Point at restarted agent actors (the driver replaces one that died)."""
-        self.runner.policy = self._remote(agent)
-        self.runner.snapshot = self._remote(snapshot) if snapshot is not None else None
+        self.runner.policy = _remote(agent)
+        self.runner.snapshot = _remote(snapshot) if snapshot is not None else None
+
+    def set_fixed(self, handles: dict[str, Any]) -> None:
+        """Point at the fixed policies' agent actors by name (at the start, and after a restart)."""
+        for name, handle in handles.items():
+            policy = self._fixed[name]
+            self.runner.fixed[name] = LLMPlayer(policy.settings, self._fixed_encoders[name], _remote(handle))
 
     def run(self, plans: list[GroupPlan], sampling_seed: int) -> list[Episode]:
         return self.runner.run(plans, sampling_seed)

@@ -42,6 +42,7 @@ from strat.play.settings import rollout_settings, target_settings
 from strat.sync.fingerprint import WeightsTag
 from strat.train import stages
 from strat.train.context_check import check_context, context_summary
+from strat.train.fixed_policies import FixedPolicy, resolve_fixed_policies
 from strat.train.fleet import Fleet, Share, actor_died
 from strat.train.ray_node import start_ray
 from strat.train.rehearsal import REHEARSAL_ROUNDS, episode_samples, load_rehearsal, save_rehearsal
@@ -198,6 +199,8 @@ class Trainer:
         self.address = address
         self.resume = resume or resume_point is not None
         self.resume_point = resume_point
+        self.fixed_policies: tuple[FixedPolicy, ...] | None = None
+        """The fixed LLM opponents, resolved when the run starts."""
         """On resume, the checkpoint to start from (chosen by `checkpoint.resume_point` when not given)."""
         self.strict = strict
         """On resume, refuse a damaged newest checkpoint instead of falling back to an older one."""
@@ -232,6 +235,8 @@ class Trainer:
         self._prepare_run_dir()
         stored = self._stored_rehearsal()
         log.info("run directory: %s", self.run_dir)
+        # Before any model is built: a fixed opponent whose checkpoint is missing or damaged is refused in one line.
+        self.fixed_policies = resolve_fixed_policies(self.config)
         self.model_path = str(self.initial_model_path(self.config))
         log.info("policy starts from %s", self.model_path)
         self._check_free_space()
@@ -340,7 +345,8 @@ class Trainer:
 
     def _start_actors(self) -> None:
         self._note_targets()
-        self.fleet = Fleet(self.config, self.run_dir, self.model_path, lambda: self._in_progress or self.step + 1)
+        self.fleet = Fleet(self.config, self.run_dir, self.model_path, lambda: self._in_progress or self.step + 1,
+                           self.fixed_policies)
         self.fleet.start()
 
     def _note_targets(self) -> None:

@@ -12,6 +12,8 @@ def render_transcripts(scored: list[ScoredEpisode], step: int) -> str:
         episode = item.episode
         lines.append(f"## {episode.episode_id} (seed {episode.seed}, learning seats: {', '.join(episode.ego_agents)})")
         lines.append("Private information: " + "; ".join(f"{a}: {v}" for a, v in episode.private_info.items()))
+        if episode.seats:
+            lines.append("Players: " + "; ".join(f"{a}: {seat}" for a, seat in episode.seats.items()))
         lines.append("")
         for turn in episode.turns:
             status = "valid" if turn.valid else "INVALID, fallback played"

@@ -223,3 +223,20 @@ def test_plan_without_the_model_config_says_so(tmp_path: Path, monkeypatch: pyte
     assert cli.main(["plan", str(KUHN_1_5B), "--cluster", "nodes=1,gpus_per_node=8,gpu_memory=24GiB"]) == 0
     assert "memory: not estimated (model.path='Qwen/Qwen2.5-1.5B-Instruct' is not in the Hugging Face cache" \
         in capsys.readouterr().out
+
+
+def test_a_fixed_policy_engine_has_its_own_shape(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A fixed opponent of a run directory: its latest checkpoint's shape, in a row of its own."""
+    from strat.cluster.memory import memory_plan_for
+    from strat.model import tiny as tiny_model
+    from strat.model.tiny import TinyModelSettings
+
+    big = tmp_path / "big"
+    tiny_model.build("kuhn_poker", big, seed=0, settings=TinyModelSettings(hidden_size=256, intermediate_size=512))
+    config = load_config(None, [f"policies=[{{name: rival, model: {big}, train: false}}]",
+                                "game.opponents=[{kind: self}, {kind: policy, name: rival}]"])
+    result = memory_plan_for(config, str(tiny_model_dir), None)
+    rows = {actor.role: actor for actor in result.actors}
+    assert list(rows) == ["agent", "policy:rival", "learner"]
+    weights = {role: actor.parts[0].bytes for role, actor in rows.items() if role != "learner"}
+    assert weights["policy:rival"] > 2 * weights["agent"]

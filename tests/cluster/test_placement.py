@@ -128,3 +128,15 @@ def test_plan_command_refuses_an_impossible_layout_in_one_line(strat_main, capsy
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("strat: error: all roles: the actors need")
+
+
+def test_each_fixed_policy_gets_an_agent_bundle(tmp_path: Path) -> None:
+    """A fixed LLM opponent is one more engine: an agent's bundle in the agents group, counted in the GPUs needed."""
+    tree = {"game": {"opponents": [{"kind": "self"}, {"kind": "policy", "name": "rival"}]},
+            "policies": [{"name": "rival", "model": str(tmp_path), "train": False}],
+            "resources": {"agents": 2, "gpus_per_agent": 1, "gpus_learner": 1}}
+    result = plan(ExperimentConfig.model_validate(tree), parse_cluster("nodes=1,gpus_per_node=8"))
+    engines = [a for a in result.actors if a.group == "agents"]
+    assert [a.name for a in engines] == ["agent[0]", "agent[1]", "fixed[0]"] and all(a.gpus == 1 for a in engines)
+    with pytest.raises(PlacementError, match=r"need 4 GPUs \(agent 2, fixed 1, learner 1\) but the cluster has 3"):
+        plan(ExperimentConfig.model_validate(tree), parse_cluster("nodes=1,gpus_per_node=3"))
