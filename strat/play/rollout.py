@@ -406,15 +406,18 @@ class VersusGames:
 
 
 def evaluate_vs(runner: RolloutRunner, opponent: str, num_games: int, seed: int) -> VersusGames:
-    """Returns, wins and draws of the policy against a scripted opponent, seats alternating."""
-    settings = dataclasses.replace(runner.settings, group_size=1, opponents=(OpponentConfig(kind="scripted", name=opponent),))
+    """Returns, wins and draws of the policy against a scripted opponent, or one of the runner's fixed policies
+    (`policy:<name>`), seats alternating."""
+    kind, name = ("policy", opponent[len(POLICY_SEAT):]) if opponent.startswith(POLICY_SEAT) else ("scripted", opponent)
+    settings = dataclasses.replace(runner.settings, group_size=1, opponents=(OpponentConfig(kind=kind, name=name),))
     spec = games.spec(settings.game, **settings.game_options)
     plans = [
         GroupPlan(group_id=f"eval-{index}", seed=derive_seed(seed, index, "deal") % (2**31),
                   opponent=settings.opponents[0], ego_seat=index % spec.num_players)
         for index in range(num_games)
     ]
-    episodes = RolloutRunner(settings, runner.encode, runner.policy).run(plans, derive_seed(seed, "sampling"))
+    episodes = RolloutRunner(settings, runner.encode, runner.policy, fixed=runner.fixed).run(
+        plans, derive_seed(seed, "sampling"))
     returns, wins, draws = [], [], []
     for episode in episodes:
         ego = episode.ego_agents[0]

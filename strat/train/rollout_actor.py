@@ -62,7 +62,8 @@ class RolloutWorker:
         return self.runner.run(plans, sampling_seed)
 
     def play_vs(self, opponent: str, num_games: int, seed: int) -> VersusGames:
-        """The policy's game returns, wins and draws against a scripted opponent, seats alternating."""
+        """The policy's game returns, wins and draws against a scripted opponent or a fixed policy (`policy:<name>`),
+        seats alternating."""
         return evaluate_vs(self.runner, opponent, num_games, seed)
 
     def exploitability(self, samples_per_infoset: int, seed: int, bootstrap: int) -> ExploitabilityEstimate:

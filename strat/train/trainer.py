@@ -29,7 +29,7 @@ from strat.algorithm.advantage import (
 )
 from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
 from strat.algorithm.targets import TargetSettings
-from strat.config import ExperimentConfig, OpponentConfig, held_out_opponents, save_resolved
+from strat.config import ExperimentConfig, OpponentConfig, fixed_policy_names, held_out_opponents, save_resolved
 from strat.config_loading import load_config
 from strat.errors import ConfigError, RunAborted
 from strat.eval.exploitability import VALIDITY_FLOOR, ExploitabilityEstimate, exploitable
@@ -37,7 +37,7 @@ from strat.eval.stats import mean_interval
 from strat.faults import injected_steps
 from strat.metrics import EpisodeLedger, MetricsLog, PhaseTimer, truncate_after
 from strat.model import checkpoint
-from strat.play.rollout import derive_seed, plan_groups
+from strat.play.rollout import POLICY_SEAT, derive_seed, plan_groups, policy_seat
 from strat.play.settings import rollout_settings, target_settings
 from strat.sync.fingerprint import WeightsTag
 from strat.train import stages
@@ -665,22 +665,24 @@ class Trainer:
     # --- evaluation ------------------------------------------------------------------------
 
     def _evaluate(self, held_out: bool) -> dict[str, Any]:
-        """Games against random at every evaluation, against the held-out opponents (`held_out_opponents`) at the
-        first and the last (return, win rate, and draw rate in zero-sum games), and the exploitability where the game
-        and its player count allow it."""
+        """Games against random and each fixed policy (`eval/*_vs_policy_<name>`) at every evaluation, against the
+        held-out opponents (`held_out_opponents`) at the first and the last (return, win rate, and draw rate in
+        zero-sum games), and the exploitability where the game and its player count allow it."""
         config = self.config
         seed = derive_seed(config.run.seed, "eval")
         out: dict[str, Any] = {}
-        for opponent in ["random", *(held_out_opponents(config) if held_out else [])]:
+        fixed = [policy_seat(name) for name in fixed_policy_names(config)]
+        for opponent in ["random", *fixed, *(held_out_opponents(config) if held_out else [])]:
             played = self.fleet.call_agents(
                 "evaluation", lambda name=opponent: self.fleet.workers[0].play_vs.remote(name, config.eval.games, seed)
             )
             mean_return, return_ci = mean_interval(played.returns)
-            out[f"eval/return_vs_{opponent}"] = mean_return
-            out[f"eval/return_vs_{opponent}_ci"] = return_ci
-            out[f"eval/win_rate_vs_{opponent}"] = sum(played.wins) / len(played.wins) if played.wins else None
+            label = opponent.replace(POLICY_SEAT, "policy_")
+            out[f"eval/return_vs_{label}"] = mean_return
+            out[f"eval/return_vs_{label}_ci"] = return_ci
+            out[f"eval/win_rate_vs_{label}"] = sum(played.wins) / len(played.wins) if played.wins else None
             if played.draws:
-                out[f"eval/draw_rate_vs_{opponent}"] = sum(played.draws) / len(played.draws)
+                out[f"eval/draw_rate_vs_{label}"] = sum(played.draws) / len(played.draws)
         if exploitable(config.game.name, dict(config.game.options)) and config.eval.samples_per_infoset > 0:
             estimate = self.fleet.call_agents("evaluation", lambda: self.fleet.workers[0].exploitability.remote(
                 config.eval.samples_per_infoset, seed, config.eval.bootstrap))

@@ -10,7 +10,7 @@ from strat.algorithm.targets import TargetSettings
 from strat.config import OpponentConfig
 from strat.config_loading import load_config
 from strat.errors import ConfigError
-from strat.play.rollout import GroupPlan, LLMPlayer, RolloutRunner, RolloutSettings
+from strat.play.rollout import GroupPlan, LLMPlayer, RolloutRunner, RolloutSettings, evaluate_vs
 from strat.train.fixed_policies import resolve_fixed_policies
 from tests.eval.helpers import FakeLLM
 
@@ -96,6 +96,16 @@ def test_each_seat_plays_on_its_own_engine_in_its_own_format() -> None:
     assert rival_next and all(move == {"pass": 1.0} for move in rival_next)
 
 
+def test_evaluation_against_a_fixed_policy() -> None:
+    """Always betting against a player that always passes wins the ante in every game, in either seat: it folds to
+    the bet (first to act, it passes, and folds to the bet that follows)."""
+    policy, rival = FakeLLM("kuhn_poker", _probs(BET)), FakeLLM("kuhn_poker", _probs(PASS), depth=1)
+    fixed = {"rival": LLMPlayer(RolloutSettings(game="kuhn_poker", depth=1), rival.encode, rival.generate)}
+    runner = RolloutRunner(RolloutSettings(game="kuhn_poker"), policy.encode, policy.generate, fixed=fixed)
+    played = evaluate_vs(runner, "policy:rival", 8, seed=3)
+    assert played.returns == [1.0] * 8 and all(played.wins) and rival.calls
+
+
 def test_a_group_against_an_unknown_fixed_policy_is_an_error() -> None:
     settings = RolloutSettings(game="kuhn_poker", group_size=1, opponents=(OpponentConfig(kind="policy", name="x"),))
     fake = FakeLLM("kuhn_poker", _probs(BET))
@@ -116,17 +126,20 @@ def local_ray() -> Iterator[None]:
 def test_training_against_a_fixed_policy(local_ray, tmp_path: Path, warm_model_dir: Path,
                                          other_model_dir: Path, tiny_model_dir: Path) -> None:
     """The trained policy starts from the warm start; the fixed opponent is a random-weight model, which never writes
-    a legal move: every one of its turns is invalid, every learning seat's turn comes from the trained policy, and the
-    transcript names who played each seat."""
+    a legal move: every one of its turns is invalid, every learning seat's turn comes from the trained policy, the
+    transcript names who played each seat, and evaluation plays the fixed policy."""
     from strat.train.trainer import Trainer
     from tests.train.test_ray_training import SMALL
 
     config = load_config(DEFAULT, [f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", *SMALL,
-                                   "engine.backend=hf", "schedule.steps=1", "schedule.eval_every=0",
+                                   "engine.backend=hf", "schedule.steps=1", "schedule.eval_every=1",
                                    "schedule.checkpoint_every=0", "schedule.max_staleness=0",
                                    *_fixed(other_model_dir)[:1], "game.opponents=[{kind: policy, name: rival}]"])
     records = Trainer(config, config.run_dir).run()
-    assert [r["step"] for r in records] == [1] and records[0]["episodes/count"] == 6
+    assert [r["step"] for r in records] == [0, 1] and records[1]["episodes/count"] == 6
+    # Evaluated against the fixed policy at every evaluation: its random weights play the fallback's random moves.
+    for record in records:
+        assert 0.0 <= record["eval/win_rate_vs_policy_rival"] <= 1.0 and "eval/return_vs_policy_rival_ci" in record
     transcript = (config.run_dir / "samples" / "step_1.md").read_text()
     games = transcript.split("\n## ")[1:]
     assert games
