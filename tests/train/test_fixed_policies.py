@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import games
 from strat.algorithm.targets import TargetSettings
 from strat.config import OpponentConfig
 from strat.config_loading import load_config
@@ -106,6 +107,47 @@ def test_evaluation_against_a_fixed_policy() -> None:
     assert played.returns == [1.0] * 8 and all(played.wins) and rival.calls
 
 
+def test_two_policies_with_different_tokenizers_and_chat_templates_play_one_game(
+        tmp_path: Path, warm_model_dir: Path) -> None:
+    """The fixed opponent is a tiny Leduc model, its BPE tokenizer trained on other text, with a chat template of its
+    own: each seat's prompts are encoded by its own tokenizer in its own template, and each engine reads them."""
+    from transformers import AutoTokenizer
+
+    from strat.algorithm.reasoning import build_messages
+    from strat.engines import build_engine
+    from strat.model import tiny as tiny_model
+
+    other = tiny_model.build("leduc_poker", tmp_path / "other", seed=2)
+    tokenizer = AutoTokenizer.from_pretrained(other)
+    tokenizer.chat_template = ("{% for m in messages %}<<{{ m.role }}>> {{ m.content }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}<<assistant>> {% endif %}")
+    tokenizer.save_pretrained(other)
+    main, rival = build_engine("hf", warm_model_dir), build_engine("hf", other)
+    assert main.tokenizer.get_vocab() != rival.tokenizer.get_vocab()
+    settings = RolloutSettings(game="kuhn_poker", depth=2, group_size=2, max_tokens=16,
+                               opponents=(OpponentConfig(kind="policy", name="rival"),))
+    runner = RolloutRunner(settings, main.encode_chat, main.generate,
+                           fixed={"rival": LLMPlayer(settings, rival.encode_chat, rival.generate)})
+    plans = [GroupPlan(f"g{i}", seed=10 + i, opponent=settings.opponents[0], ego_seat=i) for i in range(2)]
+    seen = set()
+    for episode in runner.run(plans, sampling_seed=1):
+        replay = games.make("kuhn_poker")
+        replay.reset(seed=episode.seed)
+        for turn in episode.turns:
+            seat = episode.seats[turn.agent]
+            engine = main if seat == "policy" else rival
+            messages = build_messages(replay, turn.agent, settings.depth)
+            assert turn.prompt_token_ids == tuple(engine.encode_chat(messages))
+            text = engine.tokenizer.decode(turn.prompt_token_ids)
+            assert text.startswith("<<system>>") == (seat == "policy:rival")
+            seen.add(seat)
+            replay.step(turn.action)
+            replay.skip_finished()
+    assert seen == {"policy", "policy:rival"}
+    main.close()
+    rival.close()
+
+
 def test_a_group_against_an_unknown_fixed_policy_is_an_error() -> None:
     settings = RolloutSettings(game="kuhn_poker", group_size=1, opponents=(OpponentConfig(kind="policy", name="x"),))
     fake = FakeLLM("kuhn_poker", _probs(BET))
@@ -141,9 +183,9 @@ def test_training_against_a_fixed_policy(local_ray, tmp_path: Path, warm_model_d
     for record in records:
         assert 0.0 <= record["eval/win_rate_vs_policy_rival"] <= 1.0 and "eval/return_vs_policy_rival_ci" in record
     transcript = (config.run_dir / "samples" / "step_1.md").read_text()
-    games = transcript.split("\n## ")[1:]
-    assert games
-    for game in games:
+    blocks = transcript.split("\n## ")[1:]
+    assert blocks
+    for game in blocks:
         header, players = game.split("\n")[0], game.split("\n")[2]
         ego = header.split("learning seats: ")[1].rstrip(")")
         rival = next(a for a in ("player_0", "player_1") if a != ego)
