@@ -70,8 +70,8 @@ def eval_command(
         int | None,
         typer.Option(
             min=0,
-            help="LLM moves sampled per information set for exploitability (0: skip; default: the run's "
-            "eval.samples_per_infoset, else 16).",
+            help="LLM moves sampled per information set for exploitability, and head to head for every joint "
+            "profile's NashConv (0: skip; default: the run's eval.samples_per_infoset, else 16).",
         ),
     ] = None,
     bootstrap: Annotated[int, typer.Option(min=0, help="Bootstrap replicates for intervals.")] = 200,
@@ -123,8 +123,9 @@ def eval_command(
             chosen_game = game or (loaded[0].game if loaded else None)
             loaded.append(load_policy(spec, chosen_game, options, backend=backend, overrides=overrides))
         first = loaded[0]
+        samples = first.samples_per_infoset if samples_per_infoset is None else samples_per_infoset
         if contenders:
-            report, shown = head_to_head(loaded, games_per_opponent, seed, bootstrap, transcripts)
+            report, shown = head_to_head(loaded, games_per_opponent, seed, bootstrap, transcripts, samples)
         else:
             allowed = opponent_names(first.game, **first.game_options)
             chosen = _split(opponents) or allowed
@@ -133,7 +134,6 @@ def eval_command(
                 raise ConfigError(
                     f"--opponents: {', '.join(unknown)} not available for {first.game} (allowed: {', '.join(allowed)})"
                 )
-            samples = first.samples_per_infoset if samples_per_infoset is None else samples_per_infoset
             report, shown = evaluate_policy(first, chosen, games_per_opponent, seed, samples, bootstrap, transcripts)
         target = out or _default_out(first, first.game, bool(contenders))
         run_dir = Path(first.info.run_dir) if not contenders and first.info.run_dir is not None else None

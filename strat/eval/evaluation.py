@@ -7,12 +7,13 @@ import dataclasses
 from collections.abc import Sequence
 
 import games
+from games.base import TextGameEnv
 from strat.algorithm.comparison import ComparisonWeights, score_episodes
 from strat.algorithm.records import Episode, ScoredEpisode
 from strat.errors import ConfigError
-from strat.eval.exploitability import exploitable
+from strat.eval.exploitability import estimate_exploitability, exact_estimate, exploitable, remembered, seat_sampler
 from strat.eval.policies import Policy, ScriptedPolicy, play_tables, seat_rotations
-from strat.eval.report import EvalReport
+from strat.eval.report import EvalReport, JointProfile
 from strat.eval.stats import cot_result, head_to_head_result, match_result, truncation, validity
 from strat.play.rollout import derive_seed
 
@@ -79,9 +80,11 @@ def evaluate_policy(
 
 
 def head_to_head(
-    policies: Sequence[Policy], num_games: int, seed: int = 0, bootstrap: int = 200, transcripts: int = 2
+    policies: Sequence[Policy], num_games: int, seed: int = 0, bootstrap: int = 200, transcripts: int = 2,
+    samples_per_infoset: int = 0,
 ) -> tuple[EvalReport, list[ScoredEpisode]]:
-    """Every pair of `policies` over the same deals in both seats: payoff matrix and Elo ratings."""
+    """Every pair of `policies` over the same deals in both seats: payoff matrix and Elo ratings; with
+    `samples_per_infoset` > 0 in Kuhn and Leduc poker, the NashConv of every joint profile (`joint_profiles`)."""
 
     game, options = policies[0].game, policies[0].game_options
     for other in policies[1:]:
@@ -119,9 +122,35 @@ def head_to_head(
         seed=seed,
         policies=tuple(p.info for p in policies),
         head_to_head=head_to_head_result(names, grouped, seed=seed, bootstrap=bootstrap),
+        joint=joint_profiles(policies, names, samples_per_infoset, derive_seed(seed, "joint"), bootstrap)
+        if samples_per_infoset > 0 and exploitable(game, options) else (),
     )
     shown = scored or [ScoredEpisode(e) for e in episodes]
     return report, _first_per_group(shown, transcripts)
+
+
+def joint_profiles(policies: Sequence[Policy], names: Sequence[str], samples_per_infoset: int, seed: int,
+                   bootstrap: int) -> tuple[JointProfile, ...]:
+    """Every joint profile of a two-player game, policy i as player 0 and policy j as player 1 (i = j: the policy in
+    both seats, its own exploitability), with its exploitability estimated from `samples_per_infoset` moves of each
+    policy at each information state of its seat. Each policy is sampled once per state, all profiles score the same
+    samples. A profile of two scripted policies is exact."""
+    game, options = policies[0].game, policies[0].game_options
+    samplers = [remembered(policy.sampler(derive_seed(seed, index))) for index, policy in enumerate(policies)]
+    out = []
+    for i, first in enumerate(names):
+        for j, second in enumerate(names):
+            pair = (policies[i], policies[j])
+            if all(isinstance(policy, ScriptedPolicy) for policy in pair):
+                def probs(env: TextGameEnv, agent: str, pair: tuple[Policy, ...] = pair) -> dict[int, float]:
+                    return pair[env.possible_agents.index(agent)].action_probs(env, agent)
+
+                estimate = exact_estimate(game, probs, options)
+            else:
+                estimate = estimate_exploitability(game, seat_sampler([samplers[i], samplers[j]]), samples_per_infoset,
+                                                   seed=derive_seed(seed, i, j), bootstrap=bootstrap, options=options)
+            out.append(JointProfile((first, second), estimate))
+    return tuple(out)
 
 
 def _unique_names(names: list[str]) -> list[str]:

@@ -23,7 +23,13 @@ from strat.engines import build_engine
 from strat.engines.base import Generation, SamplingParams
 from strat.errors import ConfigError
 from strat.eval import sidecar
-from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability, exact_estimate
+from strat.eval.exploitability import (
+    ActionSampler,
+    ExploitabilityEstimate,
+    estimate_exploitability,
+    exact_estimate,
+    scripted_sampler,
+)
 from strat.model import checkpoint as checkpoints
 from strat.model import hub
 from strat.play.rollout import (
@@ -93,6 +99,11 @@ class Policy(ABC):
     def exploitability(self, samples_per_infoset: int, seed: int, bootstrap: int) -> ExploitabilityEstimate:
         """The policy's exploitability in its game (Kuhn and Leduc poker)."""
 
+    @abstractmethod
+    def sampler(self, seed: int) -> ActionSampler:
+        """The policy's moves at given decisions, `n` at each (an LLM in its reasoning format, its invalid output
+        counted as the fallback it plays)."""
+
     def close(self) -> None:
         """Free what the policy holds (an LLM's engine)."""
 
@@ -113,6 +124,9 @@ class ScriptedPolicy(Policy):
 
     def exploitability(self, samples_per_infoset: int, seed: int, bootstrap: int) -> ExploitabilityEstimate:
         return exact_estimate(self.game, self.action_probs, self.game_options)
+
+    def sampler(self, seed: int) -> ActionSampler:
+        return scripted_sampler(self.action_probs, seed)
 
 
 class LLMPolicy(Policy):
@@ -160,15 +174,14 @@ class LLMPolicy(Policy):
         return LLMPlayer(self.settings, self.encode, self.generate)
 
     def exploitability(self, samples_per_infoset: int, seed: int, bootstrap: int) -> ExploitabilityEstimate:
-        runner = RolloutRunner(self.settings, self.encode, self.generate)
         return estimate_exploitability(
-            self.game,
-            lambda located, n: runner.sample_actions(located, n, seed),
-            samples_per_infoset,
-            seed=seed,
-            bootstrap=bootstrap,
+            self.game, self.sampler(seed), samples_per_infoset, seed=seed, bootstrap=bootstrap,
             options=self.game_options,
         )
+
+    def sampler(self, seed: int) -> ActionSampler:
+        runner = RolloutRunner(self.settings, self.encode, self.generate)
+        return lambda located, n: runner.sample_actions(located, n, seed)
 
     def close(self) -> None:
         if self._close is not None:

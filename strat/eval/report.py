@@ -37,6 +37,22 @@ _BANDS = {"eval/return_vs_random": "eval/return_vs_random_ci", "eval/exploitabil
 
 
 @dataclass(frozen=True)
+class JointProfile:
+    """A joint profile of a two-player game, the policy named at each seat, and its exploitability as OpenSpiel defines
+    it (NashConv / players), estimated from the policies' sampled moves."""
+
+    seats: tuple[str, ...]
+    estimate: ExploitabilityEstimate
+
+    @property
+    def nash_conv(self) -> tuple[float, float, float]:
+        """NashConv (the players' best-response gains summed) and its 95% interval."""
+        players = len(self.seats)
+        e = self.estimate
+        return players * e.value, players * e.ci_low, players * e.ci_high
+
+
+@dataclass(frozen=True)
 class EvalReport:
     """Everything one `strat eval` measured; eval.json is this record as JSON."""
 
@@ -53,6 +69,8 @@ class EvalReport:
     """Share of the policy's LLM turns whose response stopped at the token limit (`max_new_tokens`)."""
     cot: CotResult | None = None
     head_to_head: HeadToHead | None = None
+    joint: tuple[JointProfile, ...] = ()
+    """Head to head in Kuhn and Leduc poker: every joint profile's exploitability (policy i as player 0, j as 1)."""
     notes: tuple[str, ...] = ()
 
 
@@ -198,6 +216,8 @@ def render_markdown(report: EvalReport, files: Sequence[str] = ()) -> str:
         )
     if report.head_to_head is not None:
         lines += _head_to_head_markdown(report.head_to_head)
+    if report.joint:
+        lines += _joint_markdown(report.joint)
     images = [name for name in files if name.endswith(".png")]
     if images:
         lines += ["## Plots", "", *(f"![{Path(name).stem}]({name})" for name in images), ""]
@@ -258,6 +278,23 @@ def _head_to_head_markdown(result: HeadToHead) -> list[str]:
              *(str(sum(cell[k] for cell in result.outcomes[i])) for k in range(3))]
             for i in order
         ],
+    )
+    return lines
+
+
+def _joint_markdown(profiles: Sequence[JointProfile]) -> list[str]:
+    first = max((p.estimate for p in profiles), key=lambda e: e.samples_per_infoset)
+    players = list(dict.fromkeys(p.seats[0] for p in profiles))
+    cell = {p.seats: p.nash_conv for p in profiles}
+    lines = ["## Joint profiles", "",
+             "NashConv (the two players' best-response gains summed; exploitability x 2) of the row policy as player 0 "
+             "with the column policy as player 1; on the diagonal a policy plays both seats. Exact between scripted "
+             f"policies; otherwise sampled: {first.samples_per_infoset} moves of each LLM at each of its seat's "
+             "information states, the same samples in every profile, invalid output counted as its fallback.", ""]
+    lines += _table(
+        ["player 0 (row) / player 1 (column)", *players],
+        [[row, *(f"{cell[(row, col)][0]:.4f} [{cell[(row, col)][1]:.4f}, {cell[(row, col)][2]:.4f}]"
+                 for col in players)] for row in players],
     )
     return lines
 

@@ -71,6 +71,11 @@ def test_head_to_head_payoff_matrix_and_elo(tmp_path: Path) -> None:
     wins, draws, losses = h2h["outcomes"][0][1]
     assert wins + draws + losses == 100 and (wins, draws, losses) == tuple(reversed(h2h["outcomes"][1][0]))
     assert "## Payoff matrix" in markdown and "## Elo" in markdown
+    # Every joint profile, exact between scripted policies: random in both seats is 2 x its exploitability.
+    joint = {tuple(p["seats"]): p["estimate"] for p in data["joint"]}
+    assert len(joint) == 9 and joint[("random", "random")]["value"] == pytest.approx(0.4583, abs=1e-4)
+    assert joint[("equilibrium", "equilibrium")]["value"] < 1e-3 < joint[("equilibrium", "random")]["value"]
+    assert "## Joint profiles" in markdown and "| random | " in markdown
     assert "payoff_matrix.png" in data["files"] and (tmp_path / "payoff_matrix.png").stat().st_size > 1000
     assert "matplotlib" not in markdown
 
