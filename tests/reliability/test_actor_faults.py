@@ -95,6 +95,28 @@ def test_dead_worker_or_agent_is_restarted_and_nothing_is_lost(
     assert _comparable(metrics.read(config.run_dir)) == _comparable(metrics.read(reference))
 
 
+def test_dead_fixed_policy_is_restarted_and_the_run_is_the_uninterrupted_one(
+    local_ray, tmp_path: Path, tiny_model_dir: Path, other_model_dir: Path
+) -> None:
+    """A fixed LLM opponent's agent killed mid-run is started again from its own checkpoint (no weights to reload): the
+    lost share is replayed and the run equals an uninterrupted one, number for number."""
+    extra = [f"policies=[{{name: rival, model: {other_model_dir}, train: false}}]",
+             "game.opponents=[{kind: self}, {kind: policy, name: rival}]", "schedule.steps=3",
+             "schedule.checkpoint_every=0", "resources.rollout_workers=2"]
+    uninterrupted = small_config(tmp_path / "reference", tiny_model_dir, *extra)
+    Trainer(uninterrupted, uninterrupted.run_dir).run()
+    config = small_config(tmp_path / "killed", tiny_model_dir, *extra)
+    trainer = Trainer(config, config.run_dir)
+    killed: list = []
+    records = trainer.run(_kill_during_step(trainer, lambda t: t.fleet.fixed["rival"], after_step=1, delay_s=0.3,
+                                            killed=killed))
+    assert killed, "the kill did not happen"
+    assert trainer.fleet.restarts >= 1 and trainer.fleet.fixed["rival"] is not killed[0]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    _check_ledger(config)
+    assert _comparable(metrics.read(config.run_dir)) == _comparable(metrics.read(uninterrupted.run_dir))
+
+
 def test_dead_comparator_ends_the_run_with_a_resumable_checkpoint(local_ray, tmp_path: Path, tiny_model_dir: Path) -> None:
     config = small_config(tmp_path, tiny_model_dir, "schedule.steps=3", "schedule.checkpoint_every=0")
     trainer = Trainer(config, config.run_dir)
