@@ -170,6 +170,10 @@ class WarmStartConfig(_Section):
     """A guard for slow machines: training stops after this long (then not reproducible)."""
     seed: int = Field(0, ge=0)
     """Seed of the transcripts' games and of the shuffling (part of the cache key)."""
+    rules_examples: int = Field(0, ge=0)
+    """Rules-corpus questions and answers (the `pretrain` corpus' kinds, a corpus of its own seed) mixed into the
+    transcripts, so that the warm start teaches the format without overwriting what rules pretraining taught; 0:
+    none. The game must ask some kind of question (`games.rules_corpus.kinds_for`)."""
 
 
 class EngineConfig(_Section):
@@ -905,6 +909,10 @@ def _seen_opponents(config: ExperimentConfig) -> set[str]:
 
 def _check_pretrain(config: ExperimentConfig, game: str) -> None:
     pretrain = config.pretrain
+    if config.warm_start.enabled and config.warm_start.rules_examples and not kinds_for(config.game.name,
+                                                                                        **config.game.options):
+        raise ConfigError(f"warm_start.rules_examples={config.warm_start.rules_examples}: {game} asks no rules"
+                          " question (games.rules_corpus.kinds_for)")
     if not pretrain.enabled:
         return
     if pretrain.lr is None and hub.parse(config.model.path) is not None:

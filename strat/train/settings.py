@@ -120,7 +120,7 @@ def warm_start_settings(config: ExperimentConfig) -> WarmStartSettings:
         episodes=warm.episodes, epochs=warm.epochs, lr=TINY_WARM_START_LR if warm.lr is None else warm.lr,
         batch_size=warm.batch_size,
         max_seconds=warm.max_seconds, seed=warm.seed, depth=config.reasoning.depth, player=warm.player,
-        game_options=tuple(sorted(config.game.options.items())),
+        game_options=tuple(sorted(config.game.options.items())), rules_examples=warm.rules_examples,
     )
 
 

@@ -225,9 +225,14 @@ class WarmStartSettings:
     """The scripted player in every seat: one of WEAK_PLAYERS."""
     game_options: GameOptions = ()
     """The game's options as sorted (key, value) pairs, e.g. (("players", 3),); the transcripts are of that game."""
+    rules_examples: int = 0
+    """Rules-corpus questions and answers (`strat.train.pretrain`, every kind the game asks) mixed into the
+    transcripts, so that the format is learnt without overwriting what rules pretraining taught; 0: none."""
 
     def __post_init__(self) -> None:
         _check_player(self.player)
+        if self.rules_examples < 0:
+            raise ValueError(f"warm-start rules_examples must be >= 0, got {self.rules_examples}")
         if self.depth not in DEPTH_SECTIONS:
             raise ValueError(f"warm-start depth {self.depth!r} is not supported (allowed: {sorted(DEPTH_SECTIONS)})")
         for name in ("episodes", "epochs", "batch_size"):
@@ -253,15 +258,29 @@ def _train(
 def warm_start(model_dir: Path, out_dir: Path, game: str, settings: WarmStartSettings) -> dict[str, float]:
     """Fine-tune the model in `model_dir` on templated transcripts of `game` (loss on response tokens only) and save it
     to `out_dir` atomically; returns examples, steps, first/final loss, stopped_early (0/1) and seconds."""
+    return _train(Path(model_dir), Path(out_dir), game, settings, warm_start_examples(game, settings))
+
+
+def warm_start_examples(game: str, settings: WarmStartSettings) -> list[Example]:
+    """The transcripts, and `rules_examples` rules-corpus examples after them (a corpus of its own seed; the fit
+    shuffles)."""
     examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player,
                            settings.game_options)
-    return _train(Path(model_dir), Path(out_dir), game, settings, examples)
+    if settings.rules_examples:
+        from strat.train.pretrain import PretrainSettings, pretrain_examples
+
+        corpus = PretrainSettings(examples=settings.rules_examples, seed=settings.seed + 1,
+                                  game_options=settings.game_options)
+        examples += pretrain_examples(game, corpus)
+    return examples
 
 
 def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]) -> str:
     fields = asdict(settings)
     if not settings.game_options:  # keys of runs without options stay what they were before options existed
         del fields["game_options"]
+    if not settings.rules_examples:  # and those without rules examples what they were before those existed
+        del fields["rules_examples"]
     return supervised.cache_key(model_dir, {"version": WARM_VERSION, "game": game, "settings": fields,
                                             "transcripts": supervised.examples_hash(examples)})
 
@@ -270,8 +289,7 @@ def ensure_warm(model_dir: Path, game: str, settings: WarmStartSettings) -> Path
     """The cached warm-started copy of `model_dir`, trained on first use; safe when several processes race. One cut
     short by `max_seconds` serves this run and is not cached (`supervised.ensure_built`)."""
     model_dir = Path(model_dir)
-    examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player,
-                           settings.game_options)
+    examples = warm_start_examples(game, settings)
     target = cache_dir() / "warm" / f"{game}-{_cache_key(model_dir, game, settings, examples)}"
     return supervised.ensure_built(target, lambda out: _train(model_dir, out, game, settings, examples), WARM_INFO)
 

@@ -359,3 +359,24 @@ def test_a_warm_start_logs_its_size_and_progress(tiny_model_dir: Path, tmp_path:
     assert [line.split(", loss")[0] for line in progress] == [
         f"warm start of {GAME}: step {k} of {steps}" for k in range(1, steps + 1)]
     assert progress[-1].endswith("~0 min left")
+
+
+def test_rules_examples_are_mixed_into_the_warm_start_and_keep_old_keys(tiny_model_dir: Path) -> None:
+    """`rules_examples` adds that many rules-corpus examples (a corpus of its own seed) after the transcripts; at 0
+    the examples and the cache key are what they were before the setting existed."""
+    from dataclasses import asdict
+
+    from strat.train import supervised
+    from strat.train.pretrain import PretrainSettings, pretrain_examples
+    from strat.train.warmstart import WARM_VERSION, WarmStartSettings, _cache_key, transcripts, warm_start_examples
+
+    plain = WarmStartSettings(episodes=5, depth=1)
+    base = transcripts("tic_tac_toe", 1, 5, 0)
+    assert warm_start_examples("tic_tac_toe", plain) == base
+    mixed = warm_start_examples("tic_tac_toe", WarmStartSettings(episodes=5, depth=1, rules_examples=12))
+    assert mixed[: len(base)] == base
+    assert mixed[len(base):] == pretrain_examples("tic_tac_toe", PretrainSettings(examples=12, seed=1))
+    fields = {k: v for k, v in asdict(plain).items() if k not in ("game_options", "rules_examples")}
+    before = supervised.cache_key(tiny_model_dir, {"version": WARM_VERSION, "game": "tic_tac_toe", "settings": fields,
+                                                   "transcripts": supervised.examples_hash(base)})
+    assert _cache_key(tiny_model_dir, "tic_tac_toe", plain, base) == before
