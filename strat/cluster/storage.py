@@ -93,9 +93,11 @@ def _model_fix(config: ExperimentConfig) -> str:
     return "put model.path on storage every node mounts at the same path, or copy it to that path on every node"
 
 
-def probes(config: ExperimentConfig, run_dir: str | Path, model_path: str | Path, nonce: str) -> list[Probe]:
+def probes(config: ExperimentConfig, run_dir: str | Path, model_path: str | Path, nonce: str,
+           fixed_models: Sequence[tuple[str, str]] = ()) -> list[Probe]:
     """What each node must see: the nonce in the run directory, in the sync directory when weights are synced
-    through it, and the model's `config.json`. Paths are given as the actors get them."""
+    through it, the model's `config.json` and each fixed policy's ((name, model directory) in `fixed_models`). Paths
+    are given as the actors get them."""
     from strat.sync.weights import resolve_weight_sync, sync_root  # imports Ray, which the pure part does not need
 
     shared = "on storage every node mounts at the same path (an absolute path: a relative one is relative to each" \
@@ -109,6 +111,9 @@ def probes(config: ExperimentConfig, run_dir: str | Path, model_path: str | Path
                                f"put engine.sync_dir (default <run directory>/sync) {shared}, or use "
                                "engine.weight_sync=collective (no disk)"))
     found.append(Probe("model (model.path)", str(model_path), "config.json", None, _model_fix(config)))
+    found += [Probe(f"fixed policy {name} (policies)", str(path), "config.json", None,
+                    f"put its checkpoint {shared} (a Hub name: HF_HOME on shared storage)")
+              for name, path in fixed_models]
     return found
 
 
@@ -199,7 +204,7 @@ def bundle_nodes(placement: Any) -> list[str] | None:
 
 
 def check_shared_storage(config: ExperimentConfig, run_dir: str | Path, model_path: str | Path,
-                         placement: Any = None) -> None:
+                         placement: Any = None, fixed_models: Sequence[tuple[str, str]] = ()) -> None:
     """On a cluster of more than one node: the nonce check above on every node that will host an actor; raises a
     ConfigError (`storage_message`) at the first run whose nodes miss a path. Nothing on one node."""
     import ray
@@ -213,7 +218,7 @@ def check_shared_storage(config: ExperimentConfig, run_dir: str | Path, model_pa
     nodes = hosting_nodes(alive, bundle_nodes(placement))
     if {node.node_id for node in nodes} <= {driver_id}:
         return
-    found = probes(config, run_dir, model_path, secrets.token_hex(8))
+    found = probes(config, run_dir, model_path, secrets.token_hex(8), fixed_models)
     written = write_nonces(found)
     try:
         task = ray.remote(num_cpus=0, max_retries=0)(read_back)

@@ -118,7 +118,8 @@ class Fleet:
             # One placement group per role; a plan that cannot fit is refused here, before any actor.
             self.placement = reserve(plan_placement(config, cluster_from_ray(ray.nodes())), res.actor_start_timeout_s)
         # On more than one node, before any engine starts: every hosting node sees the run's paths.
-        check_shared_storage(config, self.run_dir, self.model_path, self.placement)
+        check_shared_storage(config, self.run_dir, self.model_path, self.placement,
+                             [(policy.name, str(policy.model_dir)) for policy in self.fixed_policies])
         # An agent's engine holds all of its tensor-parallel GPUs.
         self._agent_cls = (AgentActor, env(res.cpus_per_agent, res.gpus_per_agent * config.engine.tensor_parallel_size))
         self._worker_cls = (RolloutWorker, env(res.cpus_per_worker, 0))

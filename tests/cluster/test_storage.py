@@ -39,6 +39,14 @@ def test_the_run_directory_and_a_directory_sync_get_a_nonce_the_model_is_read(tm
         "run directory (run.output_dir)", "model (model.path)"]
 
 
+def test_each_fixed_policy_model_is_read_on_every_node(tmp_path: Path) -> None:
+    found = probes(config(weight_sync="collective"), "runs/x", tmp_path, NONCE, [("rival", str(tmp_path / "r"))])
+    assert [(p.what, p.path, p.file, p.content) for p in found][-1] == (
+        "fixed policy rival (policies)", str(tmp_path / "r"), "config.json", None)
+    (tmp_path / "r").mkdir()
+    assert read_back(found)[-1] == (2, str(tmp_path / "r" / "config.json"), "not found")
+
+
 def test_the_model_fix_follows_the_kind_of_model_path(tmp_path: Path) -> None:
     def fix(path: str) -> str:
         base = config()  # not validated again: the schema would resolve a Hub name, here not in the cache
