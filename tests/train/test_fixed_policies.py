@@ -165,6 +165,7 @@ def local_ray() -> Iterator[None]:
     ray.shutdown()
 
 
+@pytest.mark.long
 def test_training_against_a_fixed_policy(local_ray, tmp_path: Path, warm_model_dir: Path,
                                          other_model_dir: Path, tiny_model_dir: Path) -> None:
     """The trained policy starts from the warm start; the fixed opponent is a random-weight model, which never writes
