@@ -34,13 +34,16 @@ def check(
     overrides: OverridesArg = None,
     cluster: Annotated[str | None, typer.Option(help=f"Also plan on this cluster: {CLUSTER_HELP}")] = None,
 ) -> None:
-    """Validate a config, check that the game's longest prompt fits the context, and print the resolved result
-    (every default filled in); the context figures and, for a run on GPUs, the memory estimate go to stderr."""
+    """Validate a config, check that the game's longest prompt fits the context and that each fixed policy's
+    checkpoint is there, and print the resolved result (every default filled in); the context figures, the fixed
+    policies and, for a run on GPUs, the memory estimate go to stderr."""
     # Deferred for start-up cost (transformers; see the module docstring).
     from strat.train.context_check import check_context, context_summary
+    from strat.train.fixed_policies import resolve_fixed_policies
 
     resolved = load(config, overrides)
     found = check_context(resolved)
+    fixed = resolve_fixed_policies(resolved)
     memory = None
     if cluster is not None:
         memory = plan_cluster(config, list(overrides or []), resolved, (), cluster)
@@ -48,6 +51,8 @@ def check(
         memory = format_memory(memory_plan_for(resolved, resolved.model.path, None))
     typer.echo(to_yaml(resolved), nl=False)
     typer.echo(context_summary(found, resolved), err=True)
+    for policy in fixed:
+        typer.echo(f"fixed policy {policy.name}: {policy.source}", err=True)
     if memory is not None:
         typer.echo(memory, err=True)
 

@@ -194,3 +194,16 @@ def test_training_against_a_fixed_policy(local_ray, tmp_path: Path, warm_model_d
             players == f"Players: {rival}: policy:rival; {ego}: policy"
         assert f"{rival} plays" in game
         assert all("INVALID" in line for line in game.split("\n") if line.startswith("### turn") and rival in line)
+
+
+def test_check_names_each_fixed_policy_and_refuses_a_run_without_a_checkpoint(
+        tmp_path: Path, warm_model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from strat.cli.train import check
+
+    check(DEFAULT, _fixed(warm_model_dir))
+    assert f"fixed policy rival: {warm_model_dir.name} ({warm_model_dir}), in this run's format" in \
+        capsys.readouterr().err
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"policies\.0\.model=.*the run directory has no complete checkpoint yet"):
+        check(DEFAULT, _fixed(run))
