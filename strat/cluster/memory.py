@@ -26,7 +26,7 @@ from typing import Any
 
 from strat.config import ExperimentConfig, TinyConfig
 from strat.errors import PlacementError
-from strat.model import checkpoint, hub
+from strat.model import hub
 
 GiB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -388,6 +388,8 @@ def fixed_policy_shapes(config: ExperimentConfig) -> list[tuple[str, ModelShape]
             if directory is None:
                 raise PlacementError(f"policies.{index}.model={policy.model!r} is not in the Hugging Face cache here")
         elif (directory / "checkpoints").is_dir():
+            from strat.model import checkpoint  # imports torch: not at the CLI's start-up
+
             latest = checkpoint.latest(directory)
             if latest is None:
                 raise PlacementError(f"policies.{index}.model={policy.model!r}: the run has no complete checkpoint")
