@@ -174,7 +174,28 @@ def check_context(config: ExperimentConfig) -> LongestPrompt:
     check_fits(found, game, depth, config.reasoning.max_new_tokens, config.engine.max_model_len)
     if config.warm_start.enabled:
         check_warm_start_fits(config, tokenizer)
+    check_fixed_policies_fit(config)
     return found
+
+
+def check_fixed_policies_fit(config: ExperimentConfig) -> None:
+    """Each fixed policy's longest prompt, in its own tokenizer and reasoning format, plus its own token limit must
+    fit `engine.max_model_len` (its engine shares the setting); ConfigError naming the policy otherwise."""
+    from transformers import AutoTokenizer
+
+    from strat.train.fixed_policies import resolve_fixed_policies
+
+    for policy in resolve_fixed_policies(config):
+        tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
+        depth, limit = policy.settings.depth, policy.settings.max_tokens
+        found = longest_prompt(config.game.name, dict(config.game.options), depth, token_counter(tokenizer))
+        need, room = found.tokens + limit, config.engine.max_model_len
+        if need > room:
+            raise ConfigError(
+                f"engine.max_model_len={room}: fixed policy {policy.name}'s longest {config.game.name} prompt (its"
+                f" tokenizer, reasoning depth {depth}) has {found.tokens} tokens, plus its {limit} new tokens needs"
+                f" {need}; raise engine.max_model_len to {need}"
+            )
 
 
 def check_warm_start_fits(config: ExperimentConfig, tokenizer: ChatTokenizer) -> None:

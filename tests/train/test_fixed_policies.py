@@ -207,3 +207,27 @@ def test_check_names_each_fixed_policy_and_refuses_a_run_without_a_checkpoint(
     (run / "checkpoints").mkdir(parents=True)
     with pytest.raises(ConfigError, match=r"policies\.0\.model=.*the run directory has no complete checkpoint yet"):
         check(DEFAULT, _fixed(run))
+
+
+def test_a_fixed_policy_whose_prompts_do_not_fit_the_context_is_refused(tmp_path: Path, warm_model_dir: Path) -> None:
+    """The fixed policy's prompts are measured in its own tokenizer: a tiny Leduc model's BPE spends more tokens on
+    Kuhn's prompts, so a context that holds the trained policy's longest prompt and response can be too short for
+    the fixed policy's, and the run is refused before it starts, naming the policy."""
+    from transformers import AutoTokenizer
+
+    from strat.model import tiny as tiny_model
+    from strat.train.context_check import check_context, longest_prompt, token_counter
+
+    other = tiny_model.build("leduc_poker", tmp_path / "other", seed=2)
+    config = _load(*_fixed(other))
+    depth, limit = config.reasoning.depth, config.reasoning.max_new_tokens
+    own, theirs = (longest_prompt("kuhn_poker", {}, depth, token_counter(AutoTokenizer.from_pretrained(d))).tokens
+                   for d in (warm_model_dir, other))
+    assert theirs > own
+    fits = config.model_copy(update={"engine": config.engine.model_copy(update={"max_model_len": theirs + limit}),
+                                     "model": config.model.model_copy(update={"path": str(warm_model_dir)})})
+    check_context(fits)
+    short = fits.model_copy(update={"engine": fits.engine.model_copy(update={"max_model_len": own + limit})})
+    with pytest.raises(ConfigError, match=rf"max_model_len={own + limit}: fixed policy rival's longest kuhn_poker "
+                                          rf"prompt \(its tokenizer, reasoning depth {depth}\) has {theirs} tokens"):
+        check_context(short)
