@@ -288,11 +288,6 @@ class OpponentConfig(_Section):
             raise ValueError(f"name is only for kind=scripted or kind=policy, not kind={self.kind}")
         return self
 
-    @property
-    def label(self) -> str:
-        """How the opponent is named in metrics and seats: `self`, `snapshot`, `scripted:<name>` or `policy:<name>`."""
-        return self.kind if self.name is None else f"{self.kind}:{self.name}"
-
 
 POLICY_NAME = r"^[A-Za-z][A-Za-z0-9_\-]*$"
 RESERVED_POLICY_NAMES = ("policy", "snapshot", "self")

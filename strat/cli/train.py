@@ -42,8 +42,8 @@ def check(
     from strat.train.fixed_policies import resolve_fixed_policies
 
     resolved = load(config, overrides)
-    found = check_context(resolved)
     fixed = resolve_fixed_policies(resolved)
+    found = check_context(resolved, fixed)
     memory = None
     if cluster is not None:
         memory = plan_cluster(config, list(overrides or []), resolved, (), cluster)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,6 +15,7 @@ from strat.errors import ConfigError
 if TYPE_CHECKING:
     from games import TextGameEnv
     from strat.config import ExperimentConfig
+    from strat.train.fixed_policies import FixedPolicy
 
 CountTokens = Callable[[list[dict[str, str]]], int]
 """Chat messages -> the number of prompt tokens the agents send for them."""
@@ -159,8 +160,9 @@ def check_fits(found: LongestPrompt, game: str, depth: int, max_new_tokens: int,
     )
 
 
-def check_context(config: ExperimentConfig) -> LongestPrompt:
-    """Measure the config's game with its model's tokenizer and refuse it when the context is too short."""
+def check_context(config: ExperimentConfig, fixed: Sequence[FixedPolicy] | None = None) -> LongestPrompt:
+    """Measure the config's game with its model's tokenizer, and each fixed policy's with its own (`fixed`, resolved;
+    None resolves them), and refuse it when the context is too short."""
     # Deferred: transformers costs seconds to import, and a tiny model is built on first use.
     from transformers import AutoTokenizer
 
@@ -174,18 +176,20 @@ def check_context(config: ExperimentConfig) -> LongestPrompt:
     check_fits(found, game, depth, config.reasoning.max_new_tokens, config.engine.max_model_len)
     if config.warm_start.enabled:
         check_warm_start_fits(config, tokenizer)
-    check_fixed_policies_fit(config)
+    if fixed is None:
+        from strat.train.fixed_policies import resolve_fixed_policies
+
+        fixed = resolve_fixed_policies(config)
+    check_fixed_policies_fit(config, fixed)
     return found
 
 
-def check_fixed_policies_fit(config: ExperimentConfig) -> None:
+def check_fixed_policies_fit(config: ExperimentConfig, fixed: Sequence[FixedPolicy]) -> None:
     """Each fixed policy's longest prompt, in its own tokenizer and reasoning format, plus its own token limit must
     fit `engine.max_model_len` (its engine shares the setting); ConfigError naming the policy otherwise."""
     from transformers import AutoTokenizer
 
-    from strat.train.fixed_policies import resolve_fixed_policies
-
-    for policy in resolve_fixed_policies(config):
+    for policy in fixed:
         tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
         depth, limit = policy.settings.depth, policy.settings.max_tokens
         found = longest_prompt(config.game.name, dict(config.game.options), depth, token_counter(tokenizer))

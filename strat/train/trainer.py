@@ -193,14 +193,15 @@ class Trainer:
     """One training run: actors, loop state, outputs. `run()` is the whole lifecycle."""
 
     def __init__(self, config: ExperimentConfig, run_dir: Path, address: str | None = None, resume: bool = False,
-                 resume_point: checkpoint.ResumePoint | None = None, strict: bool = False) -> None:
+                 resume_point: checkpoint.ResumePoint | None = None, strict: bool = False,
+                 fixed_policies: tuple[FixedPolicy, ...] | None = None) -> None:
         self.config = config
         self.run_dir = run_dir
         self.address = address
         self.resume = resume or resume_point is not None
         self.resume_point = resume_point
-        self.fixed_policies: tuple[FixedPolicy, ...] | None = None
-        """The fixed LLM opponents, resolved when the run starts."""
+        self.fixed_policies = fixed_policies
+        """The fixed LLM opponents, resolved (when None, as the run starts)."""
         """On resume, the checkpoint to start from (chosen by `checkpoint.resume_point` when not given)."""
         self.strict = strict
         """On resume, refuse a damaged newest checkpoint instead of falling back to an older one."""
@@ -236,7 +237,8 @@ class Trainer:
         stored = self._stored_rehearsal()
         log.info("run directory: %s", self.run_dir)
         # Before any model is built: a fixed opponent whose checkpoint is missing or damaged is refused in one line.
-        self.fixed_policies = resolve_fixed_policies(self.config)
+        if self.fixed_policies is None:
+            self.fixed_policies = resolve_fixed_policies(self.config)
         self.model_path = str(self.initial_model_path(self.config))
         log.info("policy starts from %s", self.model_path)
         self._check_free_space()
@@ -738,8 +740,10 @@ def train(config_path: str | None, overrides: list[str], address: str | None = N
     else:
         config = load_config(config_path, overrides)
         run_dir = config.run_dir
-    log.info(context_summary(check_context(config), config))
-    trainer = Trainer(config, run_dir, address=address, resume=resume is not None, resume_point=point, strict=strict)
+    fixed = resolve_fixed_policies(config)
+    log.info(context_summary(check_context(config, fixed), config))
+    trainer = Trainer(config, run_dir, address=address, resume=resume is not None, resume_point=point, strict=strict,
+                      fixed_policies=fixed)
     if on_start is not None:
         on_start(config.schedule.steps)
     return run_dir, trainer.run(on_step)

@@ -31,6 +31,7 @@ from strat.config import WEAK_PLAYERS
 from strat.engines import SamplingParams, build_engine
 from strat.model.tiny import cache_dir
 from strat.train import supervised
+from strat.train.pretrain import PretrainSettings, pretrain_examples
 from strat.train.supervised import Example, FitSettings, fit
 
 if TYPE_CHECKING:
@@ -267,8 +268,6 @@ def warm_start_examples(game: str, settings: WarmStartSettings) -> list[Example]
     examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player,
                            settings.game_options)
     if settings.rules_examples:
-        from strat.train.pretrain import PretrainSettings, pretrain_examples
-
         corpus = PretrainSettings(examples=settings.rules_examples, seed=settings.seed + 1,
                                   game_options=settings.game_options)
         examples += pretrain_examples(game, corpus)

@@ -33,7 +33,7 @@ def test_a_fixed_policy_is_configured_and_resolved(warm_model_dir: Path) -> None
     config = _load(*_fixed(warm_model_dir))
     (policy,) = config.policies
     assert (policy.name, policy.train) == ("rival", False)
-    assert config.game.opponents[1].label == "policy:rival"
+    assert (config.game.opponents[1].kind, config.game.opponents[1].name) == ("policy", "rival")
     (fixed,) = resolve_fixed_policies(config)
     # A bare model directory carries no reasoning format: it plays in the run's.
     assert fixed.model_dir == warm_model_dir and fixed.seat == "policy:rival"
