@@ -265,21 +265,45 @@ class LearnerConfig(_Section):
     with sliding-window or linear attention layers: every forward takes whole sequences there."""
 
 
+LEAGUE_SIZE = 5
+"""How many past snapshots a league keeps unless its `size` says otherwise."""
+
+
 class OpponentConfig(_Section):
     """One opponent in the mix the policy plays against."""
 
-    kind: Literal["self", "scripted", "snapshot", "policy"] = "self"
-    """`self`: the policy itself; `scripted`: a games opponent by name; `snapshot`: a frozen past policy; `policy`:
-    another policy of the job, by its name in `policies` (a fixed LLM opponent)."""
+    kind: Literal["self", "scripted", "snapshot", "league", "policy"] = "self"
+    """`self`: the policy itself; `scripted`: a games opponent by name; `snapshot`: a frozen past policy (the latest
+    snapshot); `league`: one of the last `size` snapshots, drawn each step (`sampling`); `policy`: another policy of
+    the job, by its name in `policies` (a fixed LLM opponent)."""
     name: str | None = None
     """For kind=scripted, the scripted opponent's name (random, heuristic, equilibrium, minimax, or a weak player:
     contrarian, timid, truthful; `games.opponents.opponent_names` lists those of a game); for kind=policy, the name
     of an entry of `policies`."""
     weight: float = Field(1.0, gt=0.0)
     """Relative share of games against this opponent."""
+    size: int | None = Field(None, ge=1)
+    """For kind=league: how many past snapshots it keeps (taken every `schedule.snapshot_every` steps, the initial
+    policy first); the oldest leaves when a new one joins. Unset: 5."""
+    sampling: Literal["uniform", "pfsp"] | None = None
+    """For kind=league: how each step's member is drawn. `uniform` (unset: uniform); or `pfsp`, prioritized
+    fictitious self-play: a member's weight is (1 - p)^2, p the policy's running score against it (wins 1, draws 1/2,
+    one win and one loss of prior), so members it still loses to are drawn most."""
+
+    @property
+    def league_size(self) -> int:
+        """`size` with its default (a league's)."""
+        return self.size if self.size is not None else LEAGUE_SIZE
+
+    @property
+    def league_sampling(self) -> Literal["uniform", "pfsp"]:
+        """`sampling` with its default (a league's)."""
+        return self.sampling or "uniform"
 
     @model_validator(mode="after")
     def _name_for_scripted(self) -> OpponentConfig:
+        if self.kind != "league" and (self.size is not None or self.sampling is not None):
+            raise ValueError(f"size and sampling are only for kind=league, not kind={self.kind}")
         if self.kind == "scripted" and not self.name:
             raise ValueError("a scripted opponent needs a name (random, heuristic, equilibrium, minimax)")
         if self.kind == "policy" and not self.name:
@@ -290,8 +314,8 @@ class OpponentConfig(_Section):
 
 
 POLICY_NAME = r"^[A-Za-z][A-Za-z0-9_\-]*$"
-RESERVED_POLICY_NAMES = ("policy", "snapshot", "self")
-"""Names a `policies` entry may not take: the trained policy's and the snapshot opponent's seats are named so."""
+RESERVED_POLICY_NAMES = ("policy", "snapshot", "league", "self")
+"""Names a `policies` entry may not take: the trained policy's, the snapshot's and the league's seats are named so."""
 
 
 class PolicyConfig(_Section):
@@ -312,7 +336,8 @@ class PolicyConfig(_Section):
     @classmethod
     def _not_reserved(cls, value: str) -> str:
         if value in RESERVED_POLICY_NAMES:
-            raise ValueError(f"{value!r} is reserved (the trained policy's and the snapshot's seats); choose another")
+            raise ValueError(f"{value!r} is reserved (the trained policy's, the snapshot's and the league's seats);"
+                             " choose another")
         return value
 
     @field_validator("model")
@@ -821,6 +846,7 @@ def cross_check(config: ExperimentConfig) -> None:
                 f"game.opponents.{index}.name={opponent.name!r}: not available for {game} (allowed: {', '.join(allowed)})"
             )
     _check_policies(config)
+    _check_league(config)
     if config.warm_start.enabled and config.warm_start.player not in allowed:
         raise ConfigError(
             f"warm_start.player={config.warm_start.player!r}: not available for {game}"
@@ -878,6 +904,28 @@ def _check_policies(config: ExperimentConfig) -> None:
         if name not in played:
             raise ConfigError(f"policies.{index} ({name}) plays no seat: name it in game.opponents"
                               f" ({{kind: policy, name: {name}}}) or remove it")
+
+
+def _check_league(config: ExperimentConfig) -> None:
+    """At most one league, and not beside a snapshot opponent: the league's agent plays the snapshots."""
+    kinds = [opponent.kind for opponent in config.game.opponents]
+    if kinds.count("league") > 1:
+        raise ConfigError(f"game.opponents.{kinds.index('league', kinds.index('league') + 1)}: a second league;"
+                          " one league opponent per run")
+    if "league" in kinds and "snapshot" in kinds:
+        raise ConfigError(f"game.opponents.{kinds.index('snapshot')}: a snapshot opponent beside a league; the league"
+                          " already plays the latest snapshot among its members, remove one of them")
+
+
+def past_policy_agent(config: ExperimentConfig) -> bool:
+    """Whether the run has an agent for its own past weights: a snapshot or a league opponent (one engine, loaded
+    with the latest snapshot, or with each step's league member)."""
+    return any(opponent.kind in ("snapshot", "league") for opponent in config.game.opponents)
+
+
+def league_opponent(config: ExperimentConfig) -> OpponentConfig | None:
+    """The run's league opponent, or None."""
+    return next((opponent for opponent in config.game.opponents if opponent.kind == "league"), None)
 
 
 def fixed_policy_names(config: ExperimentConfig) -> list[str]:

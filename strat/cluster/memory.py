@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strat.config import ExperimentConfig, TinyConfig
+from strat.config import ExperimentConfig, TinyConfig, past_policy_agent
 from strat.errors import PlacementError
 from strat.model import hub
 
@@ -368,7 +368,7 @@ def plan_memory(config: ExperimentConfig, shape: ModelShape, gpu_memory: int | N
     """The estimate of every engine and learner of the run (the snapshot opponent's engine when it plays, and each
     fixed policy's, of its own shape)."""
     actors = [engine_memory(shape, config, "agent", config.resources.agents)]
-    if any(o.kind == "snapshot" for o in config.game.opponents):
+    if past_policy_agent(config):  # the snapshot opponent's engine, or the league's
         actors.append(engine_memory(shape, config, "snapshot", 1))
     actors += [engine_memory(fixed_shape, config, f"policy:{name}", 1) for name, fixed_shape in fixed]
     actors.append(learner_memory(shape, config))

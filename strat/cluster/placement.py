@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from strat.config import ExperimentConfig, fixed_policy_names
+from strat.config import ExperimentConfig, fixed_policy_names, past_policy_agent
 from strat.errors import PlacementError
 
 if TYPE_CHECKING:
@@ -215,7 +215,7 @@ def _role_bundles(config: ExperimentConfig) -> list[tuple[Role, int, str, Bundle
     _check_ray_amount("learner", "resources.gpus_learner", res.gpus_learner)
     _check_ray_amount("comparator", "resources.gpus_comparator", res.gpus_comparator)
     rows: list[tuple[Role, int, str, Bundle]] = [("agent", i, "agents", agent) for i in range(res.agents)]
-    if any(o.kind == "snapshot" for o in config.game.opponents):
+    if past_policy_agent(config):  # the snapshot opponent's engine, which also plays a league's members
         rows.append(("snapshot", 0, "agents", agent))
     # Each fixed LLM opponent's engine takes an agent's bundle (its model may be smaller; the bundle is the same).
     rows += [("fixed", i, "agents", agent) for i, _ in enumerate(fixed_policy_names(config))]

@@ -207,7 +207,10 @@ def _kl_penalty(config: ExperimentConfig) -> str:
     """The KL penalty: which divergence its gradient follows, its weight, and what it is anchored to."""
     algo = config.algorithm
     if algo.kl_reference == "snapshot":
-        anchor = (f"the snapshot opponent's weights, moved every {config.schedule.snapshot_every} steps")
+        kinds = {o.kind for o in config.game.opponents}
+        held = ("the league's newest member" if "league" in kinds else
+                "the snapshot opponent's weights" if "snapshot" in kinds else "a snapshot of the policy")
+        anchor = f"{held}, moved every {config.schedule.snapshot_every} steps"
     else:
         anchor = "the initial policy (the weights RL started from)"
     return f"{_KL_PENALTIES[algo.kl_type]} x {algo.kl_coef:g}, anchored to {anchor}"
@@ -215,7 +218,9 @@ def _kl_penalty(config: ExperimentConfig) -> str:
 
 def _opponents(config: ExperimentConfig) -> str:
     total = sum(o.weight for o in config.game.opponents)
-    parts = [f"{o.kind}{f' ({o.name})' if o.name else ''} {o.weight / total:.0%}" for o in config.game.opponents]
+    parts = [f"{o.kind}{f' ({o.name})' if o.name else ''}"
+             f"{f' (last {o.league_size} snapshots, {o.league_sampling})' if o.kind == 'league' else ''}"
+             f" {o.weight / total:.0%}" for o in config.game.opponents]
     return ", ".join(parts)
 
 

@@ -33,6 +33,11 @@ POLICY_SEAT = "policy:"
 """Prefix of a fixed policy's seats in `Episode.seats` and of its player's key in the game loop (`policy:<name>`)."""
 
 
+LEAGUE_SEAT = "league"
+"""The league opponent's seats in `Episode.seats` and its player's key in the game loop (it plays on the snapshot's
+engine, loaded with the step's member)."""
+
+
 def policy_seat(name: str) -> str:
     """The seat name of the job's policy `name` (a `{kind: policy, name: ...}` opponent)."""
     return f"{POLICY_SEAT}{name}"
@@ -196,10 +201,14 @@ class RolloutRunner:
         engine and reasoning format."""
 
     def players(self) -> dict[str, LLMPlayer]:
-        """Every LLM player of the rollout by key: the trained policy, the snapshot, each fixed policy's seat."""
+        """Every LLM player of the rollout by key: the trained policy, the snapshot (and the league, which plays on
+        the snapshot's engine: its member of the step), each fixed policy's seat."""
         players = {"policy": LLMPlayer(self.settings, self.encode, self.policy, self.spans)}
         if self.snapshot is not None:
-            players["snapshot"] = LLMPlayer(self.settings, self.encode, self.snapshot, self.spans)
+            past = LLMPlayer(self.settings, self.encode, self.snapshot, self.spans)
+            players["snapshot"] = past
+            if any(opponent.kind == "league" for opponent in self.settings.opponents):
+                players[LEAGUE_SEAT] = past
         for name, player in self.fixed.items():
             players[policy_seat(name)] = player
         return players
@@ -261,8 +270,8 @@ class RolloutRunner:
                     seed=derive_seed(plan.seed, member, "opponent") % (2**31), **settings.game_options,
                 )
                 scripted = {agent: opponent for agent in agents if agent not in ego}
-            other = {"snapshot": "snapshot", "policy": policy_seat(plan.opponent.name or "")}.get(
-                plan.opponent.kind, "policy")
+            other = {"snapshot": "snapshot", "league": LEAGUE_SEAT,
+                     "policy": policy_seat(plan.opponent.name or "")}.get(plan.opponent.kind, "policy")
             if other.startswith(POLICY_SEAT) and plan.opponent.name not in self.fixed:
                 raise ValueError(f"{plan.group_id}: no fixed policy {plan.opponent.name!r} in this rollout"
                                  f" (fixed: {', '.join(self.fixed) or 'none'})")

@@ -254,13 +254,20 @@ class WeightSync:
         self.snapshot_weights, self.snapshot_step = weights, step
         self._on_agents("snapshot refresh", lambda: load_calls([self._snapshot()], weights, step))
 
-    def restore(self, version: int, snapshot_step: int, checkpoint: Path) -> None:
+    def load_snapshot(self, path: str | Path, step: int) -> None:
+        """Load the weights directory `path` (the policy of `step`: a league member) into the snapshot agent; an agent
+        restarted later reloads it from there."""
+        self.snapshot_weights, self.snapshot_step = str(path), step
+        self._on_agents("league member load", lambda: load_calls([self._snapshot()], str(path), step))
+
+    def restore(self, version: int, snapshot_step: int, checkpoint: Path, snapshot_agent: bool = True) -> None:
         """After the learner loaded `checkpoint`: its weights to the agents and, when it holds one, its snapshot to
-        the snapshot agent (of `snapshot_step`)."""
+        the snapshot agent (of `snapshot_step`). `snapshot_agent=False` (a league, which loads its own members):
+        the agents only."""
         self.push(version)
         self.snapshot_step = snapshot_step
         snapshot = self._snapshot()
-        if snapshot is None or not (checkpoint / "snapshot").is_dir():
+        if not snapshot_agent or snapshot is None or not (checkpoint / "snapshot").is_dir():
             return
         if self.mode == "collective":
             # The learner restored the snapshot with the checkpoint: broadcast it from there, no disk.
@@ -301,3 +308,9 @@ def _check_mode(mode: str, path: str | Path | None) -> None:
 def snapshot_path(config: ExperimentConfig, run_dir: str | Path, version: int) -> Path:
     """Where the snapshot opponent's weights of `version` are written for a directory sync."""
     return sync_root(config, run_dir) / "snapshot" / f"{PREFIX}{int(version)}"
+
+
+def league_path(config: ExperimentConfig, run_dir: str | Path, step: int) -> Path:
+    """Where the league's member holding the policy of `step` keeps its weights (whatever the sync path: the league's
+    agent loads each step's member from disk, so the sync root must be readable on its node)."""
+    return sync_root(config, run_dir) / "league" / f"{PREFIX}{int(step)}"

@@ -18,7 +18,7 @@ from strat.algorithm.records import Episode
 from strat.cluster.placement import cluster_from_ray, needs_placement, reserve
 from strat.cluster.placement import plan as plan_placement
 from strat.cluster.storage import check_shared_storage
-from strat.config import ExperimentConfig, fixed_policy_names
+from strat.config import ExperimentConfig, fixed_policy_names, past_policy_agent
 from strat.errors import ConfigError, PlacementError, RunAborted
 from strat.model import checkpoint
 from strat.play.rollout import GroupPlan
@@ -41,8 +41,7 @@ ACTOR_PING_TIMEOUT_S = 60.0
 def required_resources(config: ExperimentConfig) -> dict[str, float]:
     """CPUs and GPUs the run's actors ask for together."""
     res = config.resources
-    snapshot = any(o.kind == "snapshot" for o in config.game.opponents)
-    agents = res.agents + int(snapshot) + len(fixed_policy_names(config))
+    agents = res.agents + int(past_policy_agent(config)) + len(fixed_policy_names(config))
     return {
         "CPU": agents * res.cpus_per_agent + res.rollout_workers * res.cpus_per_worker
         + res.learner_world_size * res.cpus_learner + res.cpus_comparator,
@@ -125,7 +124,7 @@ class Fleet:
         self._worker_cls = (RolloutWorker, env(res.cpus_per_worker, 0))
         self.agents = [self._new_agent(index=i) for i in range(res.agents)]
         self.snapshot = None
-        if any(o.kind == "snapshot" for o in config.game.opponents):
+        if past_policy_agent(config):  # the snapshot opponent's, or the league's
             self.snapshot = self._new_agent(role="snapshot")
         for index, policy in enumerate(self.fixed_policies):
             self.fixed[policy.name] = self._new_agent(index=index, role="fixed", model_path=str(policy.model_dir))

@@ -29,7 +29,14 @@ from strat.algorithm.advantage import (
 )
 from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
 from strat.algorithm.targets import TargetSettings
-from strat.config import ExperimentConfig, OpponentConfig, fixed_policy_names, held_out_opponents, save_resolved
+from strat.config import (
+    ExperimentConfig,
+    OpponentConfig,
+    fixed_policy_names,
+    held_out_opponents,
+    league_opponent,
+    save_resolved,
+)
 from strat.config_loading import load_config
 from strat.errors import ConfigError, RunAborted
 from strat.eval.exploitability import VALIDITY_FLOOR, ExploitabilityEstimate, exploitable
@@ -44,6 +51,7 @@ from strat.train import stages
 from strat.train.context_check import check_context, context_summary
 from strat.train.fixed_policies import FixedPolicy, resolve_fixed_policies
 from strat.train.fleet import Fleet, Share, actor_died
+from strat.train.league_opponent import LOOP_STATE_KEY, LeagueOpponent
 from strat.train.ray_node import start_ray
 from strat.train.rehearsal import REHEARSAL_ROUNDS, episode_samples, load_rehearsal, save_rehearsal
 from strat.train.resume import read_overrides, resume_with_overrides
@@ -172,11 +180,14 @@ def advantage_metrics(stats: AdvantageStats) -> dict[str, float | None]:
 
 def checkpoint_bytes(config: ExperimentConfig, model_dir: Path) -> int:
     """About how much disk the run's kept checkpoints take: float32 weights and two AdamW moments,
-    the snapshot opponent's weights when there is one, and one more checkpoint being written."""
+    the snapshot opponent's weights when there is one, and one more checkpoint being written; and a league's members
+    (kept once, beside the checkpoints)."""
     weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
     snapshot = any(o.kind == "snapshot" for o in config.game.opponents)
     per_checkpoint = weights * (3 + int(snapshot))
-    return per_checkpoint * (config.schedule.keep_checkpoints + 1)
+    league = league_opponent(config)
+    members = weights * league.league_size if league is not None else 0
+    return per_checkpoint * (config.schedule.keep_checkpoints + 1) + members
 
 
 def checkpoint_failure(step: int, run_dir: Path, cause: OSError, resume_hint: str) -> str:
@@ -211,6 +222,8 @@ class Trainer:
         self.baseline = RoleBaseline(config.algorithm.ema_decay)
         self.fleet: Fleet | None = None
         """The run's actors, once started."""
+        self.league: LeagueOpponent | None = None
+        """The league opponent (`{kind: league}`), once the actors are started."""
         self._pending: tuple[int, list[Share], float] | None = None
         """The rollout in flight: (its step, each worker's share, when it was launched)."""
         self._ready: Rollout | None = None
@@ -248,6 +261,8 @@ class Trainer:
         try:
             self._start_actors()
             resume_step = self._restore() if self.resume else None
+            if self.league is not None and not self.resume:
+                self.league.start()
             self._prepare_rehearsal(stored)
             self.metrics = MetricsLog(self.run_dir, self.config.logging.tensorboard, resume_step,
                                       open_tracker(self.config, self.run_dir))
@@ -350,6 +365,8 @@ class Trainer:
         self.fleet = Fleet(self.config, self.run_dir, self.model_path, lambda: self._in_progress or self.step + 1,
                            self.fixed_policies)
         self.fleet.start()
+        if league_opponent(self.config) is not None:
+            self.league = LeagueOpponent(self.config, self.run_dir, self.fleet)
 
     def _note_targets(self) -> None:
         """One log line where `comparison.belief_target: posterior` cannot be had for the game: beliefs are then
@@ -380,7 +397,10 @@ class Trainer:
         self.step = latest.step
         self._checkpointed_step = latest.step
         self.baseline.load_state_dict(loop_state.get("baseline", {}))
-        self.fleet.sync.restore(self.step, int(loop_state.get("snapshot_step", 0)), latest.path)
+        self.fleet.sync.restore(self.step, int(loop_state.get("snapshot_step", 0)), latest.path,
+                                snapshot_agent=self.league is None)
+        if self.league is not None:
+            self.league.restore(loop_state.get(LOOP_STATE_KEY))
         if checkpoint.NEXT_ROLLOUT in loop_state:
             # The rollout in flight when the checkpoint was written: it ran on weights the checkpoint does not hold.
             self._ready = rollout_from_json(loop_state[checkpoint.NEXT_ROLLOUT])
@@ -465,6 +485,8 @@ class Trainer:
     def _launch_rollout(self, step: int) -> None:
         """Start step `step`'s rollout on every worker; groups are split over workers."""
         config = self.config
+        if self.league is not None:
+            self.league.prepare(step)  # the member that plays this step, loaded before any game starts
         per_worker = self.fleet.split(config.algorithm.groups_per_step)
         settings = rollout_settings(config)
         shares = [
@@ -534,6 +556,8 @@ class Trainer:
         timer = PhaseTimer(STEP_PHASES)
         with timer.phase("rollout"):
             rollout, episodes, resampling = self._rollout(step)
+        # The step's games against the league count before the next step's member is drawn (with overlap, now).
+        league = self.league.record(step, episodes) if self.league is not None else {}
         self._start_next_rollout(step, timer)
         with timer.phase("compare"):
             scored = self._comparator_get(episodes)
@@ -548,6 +572,7 @@ class Trainer:
         record: dict[str, Any] = {
             "step": step, **episode_metrics(scored, target_settings(config)), **advantage_metrics(stats), **resampling, **learn,
             "rollout/weights_version": float(rollout.weights[0].version),
+            **league,
         }
         record.setdefault("loss/kl", 0.0)
         if evaluate:
@@ -638,7 +663,9 @@ class Trainer:
         every = self.config.schedule.snapshot_every
         if not every or step % every:
             return
-        if self.fleet.snapshot is not None:
+        if self.league is not None:
+            self.league.add(step)  # a new member (and with kl_reference snapshot, the KL anchor)
+        elif self.fleet.snapshot is not None:
             self.fleet.sync.refresh_snapshot(step)  # the snapshot opponent, and with it the KL anchor
         elif self.config.algorithm.kl_reference == "snapshot":
             self.fleet.learner_get(self.fleet.learner.refresh_anchor())
@@ -650,6 +677,8 @@ class Trainer:
         self._drain(step, timer)
         loop_state: dict[str, Any] = {"baseline": self.baseline.state_dict(),
                                       "snapshot_step": self.fleet.sync.snapshot_step}
+        if self.league is not None:
+            loop_state[LOOP_STATE_KEY] = self.league.state()
         if self._ready is not None and self._ready.step == step + 1:
             loop_state[checkpoint.NEXT_ROLLOUT] = rollout_to_json(self._ready)
         ref = self.fleet.learner.save(str(self.run_dir), step, loop_state, self.config.schedule.keep_checkpoints)
