@@ -14,9 +14,12 @@ opponents' estimated policy and the posterior, `comparison.prediction_target=pol
 `targets-segment-state` (those two with the process score compared at the same information state,
 `algorithm.process_baseline=state`); `depth0`, `depth1`, `depth2` (reasoning depth;
 at depth 0 no section can be compared, so the process term is 0 and the hybrid advantage is the outcome's);
-`clipped` and `fiberpo` (policy loss); `dph-js` and `dph-fkl` (DPH-RL's divergence to the initial policy). Each group
-also runs `hybrid`. An arm with the same resolved config as one listed before it (on the default config `depth1` and
-`clipped` are `hybrid`) shares that arm's runs instead of training them again. The committed table was measured on
+`clipped` and `fiberpo` (policy loss); `dph-js` and `dph-fkl` (DPH-RL's divergence to the initial policy);
+`as-configured` (the config's own settings, whatever its advantage), `league-uniform` and `league-pfsp` (the default
+Kuhn mix with its snapshot opponent replaced by a league of the last 4 snapshots, drawn uniformly or by PFSP; group
+`league`, paired with `as-configured`, not with `hybrid`). Each other group also runs `hybrid`. An arm with the same
+resolved config as one listed before it (on the default config `depth1` and `clipped` are `hybrid`, `as-configured`
+is `outcome`) shares that arm's runs instead of training them again. The committed table was measured on
 depth 2, the default before 2026-12-02's move to depth 1: `reasoning.depth=2` among the overrides extends it alike.
 
 Seeds are paired: seed s of every arm is `run.seed=s` (the same cached warm start, deals and evaluation games).
@@ -76,6 +79,15 @@ class Arm:
 HYBRID = "algorithm.advantage_mode=hybrid"
 TARGETS = ("comparison.prediction_target=policy", "comparison.belief_target=posterior")
 STATE = "algorithm.process_baseline=state"
+
+
+def _league_mix(sampling: str) -> str:
+    """The default Kuhn mix (self 0.6, snapshot 0.2, random 0.2) with its snapshot replaced by a league of the last
+    4 snapshots drawn by `sampling`."""
+    return ("game.opponents=[{kind: self, weight: 0.6}, {kind: league, size: 4, sampling: " + sampling
+            + ", weight: 0.2}, {kind: scripted, name: random, weight: 0.2}]")
+
+
 ARMS: tuple[Arm, ...] = (
     Arm(ABLATION_REFERENCE, (HYBRID,), seeds=(0, 1, 2, 3, 4)),
     Arm("outcome", ("algorithm.advantage_mode=outcome",), seeds=(0, 1, 2, 3, 4)),
@@ -93,6 +105,9 @@ ARMS: tuple[Arm, ...] = (
     Arm("fiberpo", (HYBRID, "algorithm.policy_loss=fiberpo")),
     Arm("dph-js", (HYBRID, "algorithm.dph_divergence=js")),
     Arm("dph-fkl", (HYBRID, "algorithm.dph_divergence=forward_kl")),
+    Arm("as-configured", ()),
+    Arm("league-uniform", (_league_mix("uniform"),)),
+    Arm("league-pfsp", (_league_mix("pfsp"),)),
 )
 GROUPS: dict[str, tuple[str, ...]] = {
     "advantage": (ABLATION_REFERENCE, "outcome", "process", "hybrid-lam0.25", "skip-forced"),
@@ -101,6 +116,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "depth": (ABLATION_REFERENCE, "depth0", "depth1", "depth2"),
     "loss": (ABLATION_REFERENCE, "clipped", "fiberpo"),
     "dph": (ABLATION_REFERENCE, "dph-js", "dph-fkl"),
+    "league": ("as-configured", "league-uniform", "league-pfsp"),
     "all": tuple(arm.name for arm in ARMS),
 }
 
