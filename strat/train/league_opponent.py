@@ -43,8 +43,9 @@ class LeagueOpponent:
         """The league as the last checkpoint holds it (its members' weights must stay on disk)."""
         self._drawn: dict[int, int] = {}
         """Step -> the step of the member drawn to play it (until its games are recorded)."""
-        self._loaded: int | None = None
-        """The member (its step) the league's engine holds now."""
+        self._loaded: tuple[int, str] | None = None
+        """The member (its step and directory) the league's engine holds now: its directory stays on disk while it
+        does, even once the member has left the league, since a restarted agent reloads it from there."""
 
     # --- members ---------------------------------------------------------------------------
 
@@ -63,8 +64,12 @@ class LeagueOpponent:
         for dropped in self.league.add(step, written):
             self._delete_unless_kept(dropped.path)
 
+    def _kept(self) -> set[str]:
+        """The member directories still needed: the league's, the last checkpoint's league's, the loaded member's."""
+        return keep_paths(self.league, self._checkpointed) | ({self._loaded[1]} if self._loaded else set())
+
     def _delete_unless_kept(self, path: str) -> None:
-        if path not in keep_paths(self.league, self._checkpointed):
+        if path not in self._kept():
             shutil.rmtree(path, ignore_errors=True)
 
     # --- each step -------------------------------------------------------------------------
@@ -73,15 +78,24 @@ class LeagueOpponent:
         """Draw the member that plays step `step` and load it into the league's engine (if it holds another)."""
         member = self.league.draw(derive_seed(self.config.run.seed, step, "league"))
         self._drawn[step] = member.step
-        if self._loaded != member.step:
+        if self._loaded is None or self._loaded[0] != member.step:
             self.fleet.sync.load_snapshot(member.path, member.step)
-            self._loaded = member.step
+            previous, self._loaded = self._loaded, (member.step, member.path)
+            if previous is not None:
+                self._delete_unless_kept(previous[1])
 
     def record(self, step: int, episodes: Sequence[Episode]) -> dict[str, float]:
         """Count step `step`'s games against the league for the member that played them; the step's figures."""
         member = self._drawn.pop(step)
         result = self.league.record(member, episodes)
         return league_metrics(self.league, member, result)
+
+    def finish(self) -> None:
+        """The run is over: the engine's member is released, and only the directories of the league's members and
+        the last checkpoint's are left on disk."""
+        self._loaded = None
+        for stale in self._stale_dirs():
+            shutil.rmtree(stale, ignore_errors=True)
 
     # --- checkpoints -----------------------------------------------------------------------
 
@@ -97,7 +111,7 @@ class LeagueOpponent:
         """Member directories neither the league nor the last checkpoint's holds (from a run's steps after its last
         checkpoint, before a resume)."""
         root = league_path(self.config, self.run_dir, 0).parent
-        kept = keep_paths(self.league, self._checkpointed)
+        kept = self._kept()
         return [path for path in root.iterdir() if path.is_dir() and str(path) not in kept] if root.is_dir() else []
 
     def restore(self, data: dict[str, Any] | None) -> None:

@@ -278,6 +278,8 @@ class Trainer:
                 self._check_logprob_gap(record)
             if self.stop_signal is not None:
                 self._stop_early()
+            if self.league is not None:
+                self.league.finish()
             self.metrics.close()
             return records
         finally:

@@ -11,7 +11,7 @@ from strat import metrics
 from strat.algorithm.records import Episode
 from strat.config import OpponentConfig
 from strat.config_loading import load_config
-from strat.errors import ConfigError
+from strat.errors import ConfigError, RunAborted
 from strat.play.rollout import LEAGUE_SEAT, GroupPlan, RolloutRunner, RolloutSettings
 from strat.train.league import League, Member, keep_paths
 from tests.eval.helpers import FakeLLM
@@ -80,6 +80,82 @@ def test_the_league_round_trips_through_json_and_names_the_paths_to_keep() -> No
     assert again == league
     older = League(3, "pfsp", [Member(0, "/m/0"), Member(2, "/m/2")])
     assert keep_paths(league, older, None) == {"/m/0", "/m/2", "/m/5"}
+
+
+# --- the driver's side: members' weights on disk ----------------------------------------------
+
+
+class _FakeLearner:
+    """Writes a member's weights as a file in its directory."""
+
+    def export_weights_dir(self, path: str) -> str:
+        Path(path).mkdir(parents=True)
+        (Path(path) / "model.safetensors").write_text(path)
+        return path
+
+    take_snapshot_dir = export_weights_dir
+
+
+class _FakeSync:
+    def __init__(self) -> None:
+        self.loads: list[int] = []
+
+    def load_snapshot(self, path: str, step: int) -> None:
+        assert Path(path, "model.safetensors").is_file(), "a member is loaded from its directory"
+        self.loads.append(step)
+
+
+class _FakeFleet:
+    def __init__(self) -> None:
+        self.learner, self.sync = _FakeLearner(), _FakeSync()
+
+    @staticmethod
+    def learner_get(ref: str) -> str:
+        return ref
+
+
+def test_a_member_leaves_the_disk_once_neither_the_league_the_checkpoint_nor_the_engine_holds_it(
+        tmp_path: Path) -> None:
+    from strat.train.league_opponent import LeagueOpponent
+
+    config = load_config(DEFAULT, ["game.opponents=[{kind: self}, {kind: league, size: 2}]",
+                                   f"run.output_dir={tmp_path}"])
+    fleet = _FakeFleet()
+    league = LeagueOpponent(config, tmp_path / "run", fleet)
+    root = tmp_path / "run" / "sync" / "league"
+
+    def on_disk() -> list[str]:
+        return sorted(p.name for p in root.iterdir())
+
+    league.start()
+    league.prepare(1)
+    assert fleet.sync.loads == [0]
+    league.add(1)
+    league.prepare(2)
+    league.prepare(2)  # the engine holds the member drawn already, or loads the other one
+    saved = league.state()  # a checkpoint holding members 0 and 1
+    league.add(2)  # member 0 leaves the league, but the last checkpoint's league holds it
+    assert on_disk() == ["step_0", "step_1", "step_2"]
+    league.state()  # the next checkpoint no longer holds member 0
+    loaded = fleet.sync.loads[-1]
+    assert on_disk() == sorted({"step_1", "step_2", f"step_{loaded}"})
+    # The engine's member stays on disk while it holds it (a restarted agent reloads it from there), and goes with
+    # the next load of another member.
+    league.add(3)
+    league.state()
+    assert f"step_{loaded}" in on_disk()
+    league.prepare(3)  # members 2 and 3 now: another member is loaded
+    assert fleet.sync.loads[-1] in (2, 3) and on_disk() == ["step_2", "step_3"]
+    league.finish()
+    assert on_disk() == ["step_2", "step_3"]
+    # A resumed run restores the checkpointed league and refuses one whose members' weights are gone.
+    again = LeagueOpponent(config, tmp_path / "run", fleet)
+    again.restore(league.state())
+    assert [m.step for m in again.league.members] == [2, 3]
+    with pytest.raises(RunAborted, match="member weights are missing"):
+        again.restore(saved)
+    with pytest.raises(RunAborted, match="holds no league"):
+        again.restore(None)
 
 
 # --- the config ------------------------------------------------------------------------------
