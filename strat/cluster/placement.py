@@ -107,10 +107,12 @@ class ActorPlacement:
     node: int | None
     cpus: float
     gpus: float
+    label: str | None = None
+    """What names the actor beside its role where its index does not: a fixed policy's name."""
 
     @property
     def name(self) -> str:
-        return f"{self.role}[{self.index}]"
+        return f"{self.role}[{self.label if self.label is not None else self.index}]"
 
 
 @dataclass(frozen=True)
@@ -274,14 +276,17 @@ def plan(config: ExperimentConfig, cluster: ClusterSpec) -> Plan:
         if total_cpus > have + _EPS:
             raise PlacementError(f"all roles: the actors need {total_cpus:g} CPUs but the cluster has {have:g} ({where})")
     nodes = _first_fit(rows, cluster, where)
+    fixed_names = fixed_policy_names(config)
     groups: dict[str, list[Bundle]] = {}
     actors = []
     for (role, index, group, bundle), node in zip(rows, nodes, strict=True):
+        label = fixed_names[index] if role == "fixed" else None
         if bundle.cpus <= 0 and bundle.gpus <= 0:
-            actors.append(ActorPlacement(role, index, None, None, None, 0.0, 0.0))
+            actors.append(ActorPlacement(role, index, None, None, None, 0.0, 0.0, label))
             continue
         groups.setdefault(group, []).append(bundle)
-        actors.append(ActorPlacement(role, index, group, len(groups[group]) - 1, node, bundle.cpus, bundle.gpus))
+        actors.append(ActorPlacement(role, index, group, len(groups[group]) - 1, node, bundle.cpus, bundle.gpus,
+                                     label))
     return Plan(
         cluster=cluster,
         groups=tuple(GroupPlan(name, GROUP_STRATEGY, tuple(bundles)) for name, bundles in groups.items()),

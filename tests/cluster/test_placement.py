@@ -137,6 +137,6 @@ def test_each_fixed_policy_gets_an_agent_bundle(tmp_path: Path) -> None:
             "resources": {"agents": 2, "gpus_per_agent": 1, "gpus_learner": 1}}
     result = plan(ExperimentConfig.model_validate(tree), parse_cluster("nodes=1,gpus_per_node=8"))
     engines = [a for a in result.actors if a.group == "agents"]
-    assert [a.name for a in engines] == ["agent[0]", "agent[1]", "fixed[0]"] and all(a.gpus == 1 for a in engines)
+    assert [a.name for a in engines] == ["agent[0]", "agent[1]", "fixed[rival]"] and all(a.gpus == 1 for a in engines)
     with pytest.raises(PlacementError, match=r"need 4 GPUs \(agent 2, fixed 1, learner 1\) but the cluster has 3"):
         plan(ExperimentConfig.model_validate(tree), parse_cluster("nodes=1,gpus_per_node=3"))
