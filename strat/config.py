@@ -174,6 +174,11 @@ class WarmStartConfig(_Section):
     """Rules-corpus questions and answers (the `pretrain` corpus' kinds, a corpus of its own seed) mixed into the
     transcripts, so that the warm start teaches the format without overwriting what rules pretraining taught; 0:
     none. The game must ask some kind of question (`games.rules_corpus.kinds_for`)."""
+    name_legal_moves: bool = False
+    """In perfect-information games (tic-tac-toe, Connect Four) the templated responses' `<past>` ends by listing
+    one's legal moves ("Legal now: b1, c1, a2."), copied from the prompt, right before the section that names the
+    move, so that the model learns to write them out before it chooses. Off: the template without the list (and the
+    warm start's cache key unchanged). Refused for games with private information."""
 
 
 class EngineConfig(_Section):
@@ -857,6 +862,9 @@ def cross_check(config: ExperimentConfig) -> None:
             f"warm_start.lr: model.path={config.model.path} is a pretrained Hub model; set its warm-start learning rate"
             f" (e.g. warm_start.lr=1e-5): the default {TINY_WARM_START_LR:g} is for the tiny random-weight models"
         )
+    if config.warm_start.name_legal_moves and not spec.perfect_information:
+        raise ConfigError(f"warm_start.name_legal_moves: {game} has private information; the legal moves are listed"
+                          " only in perfect-information games (tic_tac_toe, connect_four)")
     _check_pretrain(config, game)
     _check_held_out(config, game, allowed)
     try:

@@ -163,10 +163,12 @@ def first_mention(response: str, name: str, depth: int) -> tuple[str, bool]:
     return response[: response.index("<action>") + len("<action>")], False
 
 
-def mention_context(env: TextGameEnv, agent: str, depth: int, rng: random.Random) -> tuple[Messages, str, bool]:
-    """The prompt of `agent`, and a response templated with a random legal move cut at its first mention."""
+def mention_context(env: TextGameEnv, agent: str, depth: int, rng: random.Random,
+                    name_legal: bool = False) -> tuple[Messages, str, bool]:
+    """The prompt of `agent`, and a response templated with a random legal move cut at its first mention
+    (`name_legal`: the template that lists the legal moves first, `warm_start.name_legal_moves`)."""
     move = rng.choice(env.legal_actions(agent))
-    response = templated_response(env, agent, move, depth, rng)
+    response = templated_response(env, agent, move, depth, rng, name_legal)
     prefix, space = first_mention(response, env.action_name(move, agent), depth)
     return build_messages(env, agent, depth), prefix, space
 
@@ -212,15 +214,18 @@ def board_decisions(game: str, count: int, seed: int, options: Mapping[str, obje
 
 
 def legal_mass(scorer: Scorer, game: str, states: int, seed: int = 0, depth: int = 2,
-               options: Mapping[str, object] | None = None) -> LegalMass:
-    """The board probe: the share on legal moves at the first mention, over `states` decisions."""
+               options: Mapping[str, object] | None = None, name_legal: bool = False) -> LegalMass:
+    """The board probe: the share on legal moves at the first mention, over `states` decisions. With `name_legal`
+    the context before the mention holds the template's list of the legal moves (correct, as the warm start wrote
+    it): the figure then says whether the model chooses among a list it is given, not whether it writes the list
+    right itself (a free-running `strat eval`'s format validity says that)."""
     rng = random.Random(seed + 1)
     shares, fractions = [], []
     for env in board_decisions(game, states, seed, options):
         agent = env.agent_selection
         names = env.all_action_names()
         legal = set(env.legal_action_names(agent))
-        messages, prefix, space = mention_context(env, agent, depth, rng)
+        messages, prefix, space = mention_context(env, agent, depth, rng, name_legal)
         probabilities = scorer(messages, prefix, names, space)
         shares.append(sum(p for name, p in probabilities.items() if name in legal))
         fractions.append(len(legal) / len(names))
@@ -432,7 +437,7 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
     scorer = model_scorer(model.to(device).eval(), tokenizer)
     if game in BOARD_GAMES:
-        mass = legal_mass(scorer, game, args.states, args.seed, depth, options)
+        mass = legal_mass(scorer, game, args.states, args.seed, depth, options, config.warm_start.name_legal_moves)
         print(f"legal mass at the first mention, {mass.share.n} decisions: {mass.share} "
               f"(bar >= {LEGAL_BAR}: {verdict(mass.share, LEGAL_BAR, at_least=True)}; ignoring the board: "
               f"{mass.legal_fraction:.3f})")

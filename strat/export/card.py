@@ -64,7 +64,8 @@ def example(run_dir: Path, config: ExperimentConfig, step: int, tokenizer: Any) 
     env.reset(seed=config.run.seed)
     agent = env.agent_selection
     action = env.legal_actions(agent)[0]
-    response = templated_response(env, agent, action, depth, random.Random(config.run.seed))
+    response = templated_response(env, agent, action, depth, random.Random(config.run.seed),
+                                  config.warm_start.enabled and config.warm_start.name_legal_moves)
     prompt = format_prompt(tokenizer, build_messages(env, agent, depth))
     return Example(prompt, response, "a templated response in the trained format (the run kept no transcripts)")
 

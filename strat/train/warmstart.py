@@ -66,6 +66,8 @@ _BOARD_INTENT = (
     "They are trying to take good cells.",
     "They want a line of their own.",
 )
+LEGAL_LEAD = "Legal now:"
+"""Opens the templated `<past>`'s list of one's legal moves (`name_legal`), copied from the prompt's legal actions."""
 _RECENT_MOVES = 3
 """How many of the others' latest moves `<past>` repeats: enough to read intent, short in long board games."""
 
@@ -115,12 +117,15 @@ def _situation(env: TextGameEnv, agent: str) -> str:
     return own + (f"{moves[-1]} " if moves else "No one has moved yet. ")
 
 
-def _past(env: TextGameEnv, agent: str, rng: random.Random, with_belief: bool) -> str:
-    """The others' earlier moves in words and, for private-information games, a belief about each of them."""
+def _past(env: TextGameEnv, agent: str, rng: random.Random, with_belief: bool, name_legal: bool = False) -> str:
+    """The others' earlier moves in words and, for private-information games, a belief about each of them; with
+    `name_legal`, in perfect-information games, one's legal moves last (read off the board, as the prompt lists
+    them), right before the section that chooses the move."""
     lines = _others_moves(env, agent)[-_RECENT_MOVES:]
     text = _variant(_PAST_LEAD, env).format(moves=" ".join(lines)) if lines else _variant(_NO_MOVES, env)
     if env.spec.perfect_information:
-        return f"{text} {_variant(_BOARD_INTENT, env)}" if lines else text
+        text = f"{text} {_variant(_BOARD_INTENT, env)}" if lines else text
+        return f"{text} {LEGAL_LEAD} {', '.join(env.legal_action_names(agent))}." if name_legal else text
     if not with_belief:
         return text
     # Restating one's own private information first puts it next to the belief and the move that depend on it.
@@ -148,10 +153,12 @@ def _predict(env: TextGameEnv, agent: str, action: int, rng: random.Random) -> s
     return rng.choice(future.legal_action_names())
 
 
-def templated_response(env: TextGameEnv, agent: str, action: int, depth: int, rng: random.Random) -> str:
-    """A well-formed response of `depth` for `agent` playing `action`, written only from what `agent` can see."""
+def templated_response(env: TextGameEnv, agent: str, action: int, depth: int, rng: random.Random,
+                       name_legal: bool = False) -> str:
+    """A well-formed response of `depth` for `agent` playing `action`, written only from what `agent` can see;
+    `name_legal`: in perfect-information games `<past>` (`<think>` at depth 0) ends by listing the legal moves."""
     name = env.action_name(action, agent)
-    past = _past(env, agent, rng, with_belief="past" in DEPTH_SECTIONS[depth])
+    past = _past(env, agent, rng, with_belief="past" in DEPTH_SECTIONS[depth], name_legal=name_legal)
     plan = _variant(_PLAN, env).format(action=name, reason=_variant(_REASONS, env))
     if depth == 0:
         return render_response(Sections(think=f"{past} {plan}", action=name), depth)
@@ -175,7 +182,8 @@ def _check_player(player: str) -> None:
 
 
 def transcripts(
-    game: str, depth: int, episodes: int, seed: int, player: str = "random", options: GameOptions = ()
+    game: str, depth: int, episodes: int, seed: int, player: str = "random", options: GameOptions = (),
+    name_legal: bool = False,
 ) -> list[Example]:
     """(prompt messages, templated response) at every decision of `episodes` games of weak scripted self-play of
     `game` with its `options` (e.g. (("players", 3),)).
@@ -195,7 +203,7 @@ def transcripts(
         while not env.pyspiel_state.is_terminal():
             agent = env.agent_selection
             action = players[agent].act(env, agent)
-            response = templated_response(env, agent, action, depth, phrasing)
+            response = templated_response(env, agent, action, depth, phrasing, name_legal)
             examples.append((build_messages(env, agent, depth), response))
             env.step(action)
     return examples
@@ -229,6 +237,9 @@ class WarmStartSettings:
     rules_examples: int = 0
     """Rules-corpus questions and answers (`strat.train.pretrain`, every kind the game asks) mixed into the
     transcripts, so that the format is learnt without overwriting what rules pretraining taught; 0: none."""
+    name_legal_moves: bool = False
+    """In perfect-information games the templated `<past>` ends by listing one's legal moves (`templated_response`'s
+    `name_legal`)."""
 
     def __post_init__(self) -> None:
         _check_player(self.player)
@@ -266,7 +277,7 @@ def warm_start_examples(game: str, settings: WarmStartSettings) -> list[Example]
     """The transcripts, and `rules_examples` rules-corpus examples after them (a corpus of its own seed; the fit
     shuffles)."""
     examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player,
-                           settings.game_options)
+                           settings.game_options, settings.name_legal_moves)
     if settings.rules_examples:
         corpus = PretrainSettings(examples=settings.rules_examples, seed=settings.seed + 1,
                                   game_options=settings.game_options)
@@ -280,6 +291,8 @@ def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples
         del fields["game_options"]
     if not settings.rules_examples:  # and those without rules examples what they were before those existed
         del fields["rules_examples"]
+    if not settings.name_legal_moves:  # and those whose template lists no legal moves
+        del fields["name_legal_moves"]
     return supervised.cache_key(model_dir, {"version": WARM_VERSION, "game": game, "settings": fields,
                                             "transcripts": supervised.examples_hash(examples)})
 

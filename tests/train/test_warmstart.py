@@ -376,7 +376,50 @@ def test_rules_examples_are_mixed_into_the_warm_start_and_keep_old_keys(tiny_mod
     mixed = warm_start_examples("tic_tac_toe", WarmStartSettings(episodes=5, depth=1, rules_examples=12))
     assert mixed[: len(base)] == base
     assert mixed[len(base):] == pretrain_examples("tic_tac_toe", PretrainSettings(examples=12, seed=1))
-    fields = {k: v for k, v in asdict(plain).items() if k not in ("game_options", "rules_examples")}
+    fields = {k: v for k, v in asdict(plain).items() if k not in ("game_options", "rules_examples", "name_legal_moves")}
     before = supervised.cache_key(tiny_model_dir, {"version": WARM_VERSION, "game": "tic_tac_toe", "settings": fields,
                                                    "transcripts": supervised.examples_hash(base)})
     assert _cache_key(tiny_model_dir, "tic_tac_toe", plain, base) == before
+
+
+@pytest.mark.parametrize("game", ["tic_tac_toe", "connect_four"])
+def test_name_legal_moves_lists_the_legal_moves_right_before_the_move_is_chosen(game: str) -> None:
+    """`warm_start.name_legal_moves`: each templated `<past>` ends with the moves the prompt lists as legal, in its
+    order; the rest of the response, and the move it plays, are the template's as before."""
+    from strat.train.warmstart import LEGAL_LEAD, warm_start_examples
+
+    listed = transcripts(game, 1, 3, 0, name_legal=True)
+    plain = transcripts(game, 1, 3, 0)
+    assert len(listed) == len(plain) > 5
+    for (messages, response), (same_messages, before) in zip(listed, plain, strict=True):
+        assert messages == same_messages
+        past = parse_response(response, 1).sections.past
+        lead, _, names = past.rpartition(f" {LEGAL_LEAD} ")
+        legal_line = messages[-1]["content"].split("Legal actions: ")[1].splitlines()[0]
+        assert names == legal_line + "."
+        assert lead == parse_response(before, 1).sections.past
+        action = parse_response(response, 1).sections.action
+        assert action == parse_response(before, 1).sections.action and action in legal_line.split(", ")
+    assert warm_start_examples(game, WarmStartSettings(episodes=3, depth=1, name_legal_moves=True)) == listed
+    # Private information: nothing is listed (the config refuses the setting there).
+    env = games.make("kuhn_poker")
+    env.reset(seed=0)
+    agent = env.agent_selection
+    action = env.legal_actions(agent)[0]
+    assert LEGAL_LEAD not in templated_response(env, agent, action, 1, random.Random(0), name_legal=True)
+
+
+def test_name_legal_moves_changes_the_cache_key_and_is_refused_with_private_information(tiny_model_dir: Path) -> None:
+    from strat.config_loading import load_config
+    from strat.errors import ConfigError
+    from strat.train.warmstart import _cache_key
+
+    base = transcripts("tic_tac_toe", 1, 2, 0)
+    plain = WarmStartSettings(episodes=2, depth=1)
+    listed = WarmStartSettings(episodes=2, depth=1, name_legal_moves=True)
+    assert _cache_key(tiny_model_dir, "tic_tac_toe", plain, base) != _cache_key(tiny_model_dir, "tic_tac_toe",
+                                                                                listed, base)
+    root = Path(__file__).resolve().parents[2] / "configs"
+    assert load_config(root / "tic_tac_toe_tiny.yaml", ["warm_start.name_legal_moves=true"]).warm_start.name_legal_moves
+    with pytest.raises(ConfigError, match="warm_start.name_legal_moves: kuhn_poker has private information"):
+        load_config(root / "kuhn_poker_tiny.yaml", ["warm_start.name_legal_moves=true"])
