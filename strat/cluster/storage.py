@@ -96,9 +96,10 @@ def _model_fix(config: ExperimentConfig) -> str:
 def probes(config: ExperimentConfig, run_dir: str | Path, model_path: str | Path, nonce: str,
            fixed_models: Sequence[tuple[str, str]] = ()) -> list[Probe]:
     """What each node must see: the nonce in the run directory, in the sync directory when weights are synced
-    through it, the model's `config.json` and each fixed policy's ((name, model directory) in `fixed_models`). Paths
-    are given as the actors get them."""
-    from strat.sync.weights import resolve_weight_sync, sync_root  # imports Ray, which the pure part does not need
+    through it (else in the league's folder of it, when a league is configured), the model's `config.json` and each
+    fixed policy's ((name, model directory) in `fixed_models`). Paths are given as the actors get them."""
+    from strat.config import league_opponent
+    from strat.sync.weights import league_path, resolve_weight_sync, sync_root  # imports Ray (not the pure part)
 
     shared = "on storage every node mounts at the same path (an absolute path: a relative one is relative to each" \
              " process's working directory)"
@@ -110,6 +111,12 @@ def probes(config: ExperimentConfig, run_dir: str | Path, model_path: str | Path
             found.append(Probe("weight sync directory (engine.sync_dir)", root, nonce_file(nonce), nonce,
                                f"put engine.sync_dir (default <run directory>/sync) {shared}, or use "
                                "engine.weight_sync=collective (no disk)"))
+    elif league_opponent(config) is not None:
+        # Whatever the sync, the league's engine loads each member from the sync root's league folder.
+        found.append(Probe("league members' directory (<engine.sync_dir>/league)",
+                           str(league_path(config, run_dir, 0).parent), nonce_file(nonce), nonce,
+                           f"put engine.sync_dir (default <run directory>/sync) {shared}: the league's engine loads"
+                           " each member's weights from there"))
     found.append(Probe("model (model.path)", str(model_path), "config.json", None, _model_fix(config)))
     found += [Probe(f"fixed policy {name} (policies)", str(path), "config.json", None,
                     f"put its checkpoint {shared} (a Hub name: HF_HOME on shared storage)")

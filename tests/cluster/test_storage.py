@@ -39,6 +39,20 @@ def test_the_run_directory_and_a_directory_sync_get_a_nonce_the_model_is_read(tm
         "run directory (run.output_dir)", "model (model.path)"]
 
 
+def test_a_league_s_members_directory_is_checked_whatever_the_sync(tmp_path: Path) -> None:
+    league = {"opponents": [{"kind": "self"}, {"kind": "league", "size": 2}]}
+    tree = {"engine": {"weight_sync": "collective"}, "model": {"path": "tiny:kuhn_poker"}, "game": league}
+    found = probes(ExperimentConfig.model_validate(tree), tmp_path / "run", tmp_path / "model", NONCE)
+    assert [(p.what, p.path, p.content) for p in found][1] == (
+        "league members' directory (<engine.sync_dir>/league)", str(tmp_path / "run" / "sync" / "league"), NONCE)
+    assert "the league's engine loads each member's weights from there" in found[1].fix
+    # A directory sync checks the sync root already, which holds the league's folder.
+    tree["engine"] = {"weight_sync": "directory"}
+    found = probes(ExperimentConfig.model_validate(tree), tmp_path / "run", tmp_path / "model", NONCE)
+    assert [p.what for p in found] == ["run directory (run.output_dir)", "weight sync directory (engine.sync_dir)",
+                                       "model (model.path)"]
+
+
 def test_each_fixed_policy_model_is_read_on_every_node(tmp_path: Path) -> None:
     found = probes(config(weight_sync="collective"), "runs/x", tmp_path, NONCE, [("rival", str(tmp_path / "r"))])
     assert [(p.what, p.path, p.file, p.content) for p in found][-1] == (
