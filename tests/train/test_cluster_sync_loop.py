@@ -12,7 +12,7 @@ from strat.config_loading import load_config
 from strat.engines import SamplingParams
 from strat.train.trainer import Trainer
 
-from .test_ray_training import _config, local_ray  # noqa: F401  (a shared module fixture)
+from .test_ray_training import _config
 
 # Over a minute each on 2 cores (a multi-process vLLM start-up, a LoRA loop with resume): make test-faults.
 pytestmark = pytest.mark.long

@@ -1,7 +1,6 @@
 """A fixed LLM opponent (`policies: [{name, model, train: false}]`, `{kind: policy, name}`): the config's refusals,
 the game loop sending each seat's turns to its own engine in its own format, and a training run against one."""
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -155,14 +154,6 @@ def test_a_group_against_an_unknown_fixed_policy_is_an_error() -> None:
         RolloutRunner(settings, fake.encode, fake.generate).run(
             [GroupPlan("g0", seed=1, opponent=settings.opponents[0], ego_seat=0)], sampling_seed=0)
 
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.long

@@ -2,7 +2,6 @@
 computed by hand, the record of games), the config's refusals, the game loop sending the league's seats to the
 snapshot's engine, and a training run that resumes with the league exactly as an uninterrupted run has it."""
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -208,14 +207,6 @@ def test_the_league_seats_play_on_the_snapshot_engine() -> None:
 
 # --- a training run --------------------------------------------------------------------------
 
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.long

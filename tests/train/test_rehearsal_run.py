@@ -2,11 +2,9 @@
 update logs loss/dph, a resume reuses the stored file unchanged, and a changed file stops the resume."""
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import ray
 
 from strat import metrics
 from strat.config_loading import load_config
@@ -22,12 +20,6 @@ SMALL = [
     "algorithm.dph_divergence=js", "algorithm.dph_eta=0.5", "algorithm.dph_samples=6", "algorithm.dph_batch=4",
 ]
 
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
 
 
 def test_run_stores_rehearsal_logs_dph_and_resumes_with_the_same_file(
