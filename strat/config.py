@@ -917,9 +917,9 @@ def _check_policies(config: ExperimentConfig) -> None:
 def _check_league(config: ExperimentConfig) -> None:
     """At most one league, and not beside a snapshot opponent: the league's agent plays the snapshots."""
     kinds = [opponent.kind for opponent in config.game.opponents]
-    if kinds.count("league") > 1:
-        raise ConfigError(f"game.opponents.{kinds.index('league', kinds.index('league') + 1)}: a second league;"
-                          " one league opponent per run")
+    leagues = [index for index, kind in enumerate(kinds) if kind == "league"]
+    if len(leagues) > 1:
+        raise ConfigError(f"game.opponents.{leagues[1]}: a second league; one league opponent per run")
     if "league" in kinds and "snapshot" in kinds:
         raise ConfigError(f"game.opponents.{kinds.index('snapshot')}: a snapshot opponent beside a league; the league"
                           " already plays the latest snapshot among its members, remove one of them")

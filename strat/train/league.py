@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from strat.algorithm.records import Episode
@@ -81,12 +81,16 @@ class League:
         """The member that plays a step, drawn with `weights()` from a stream of its own seed."""
         return random.Random(seed).choices(self.members, weights=self.weights())[0]
 
+    def find(self, step: int) -> Member | None:
+        """The member holding the policy of `step`, or None once it has left (or never joined)."""
+        return next((member for member in self.members if member.step == step), None)
+
     def member(self, step: int) -> Member:
         """The member holding the policy of `step`."""
-        for member in self.members:
-            if member.step == step:
-                return member
-        raise KeyError(f"no member of step {step} in the league (members: {[m.step for m in self.members]})")
+        member = self.find(step)
+        if member is None:
+            raise KeyError(f"no member of step {step} in the league (members: {[m.step for m in self.members]})")
+        return member
 
     def record(self, step: int, episodes: Iterable[Episode]) -> tuple[int, int, int]:
         """Count the games of `episodes` played against the league (the member of `step` held its seats) from the
@@ -101,8 +105,8 @@ class League:
                 wins += result > 0
                 draws += result == 0
                 losses += result < 0
-        if any(member.step == step for member in self.members):
-            member = self.member(step)
+        member = self.find(step)
+        if member is not None:
             member.wins += wins
             member.draws += draws
             member.losses += losses
@@ -112,15 +116,11 @@ class League:
         return [member.path for member in self.members]
 
     def to_json(self) -> dict[str, Any]:
-        return {"size": self.size, "sampling": self.sampling,
-                "members": [{"step": m.step, "path": m.path, "wins": m.wins, "draws": m.draws, "losses": m.losses}
-                            for m in self.members]}
+        return {"size": self.size, "sampling": self.sampling, "members": [asdict(m) for m in self.members]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> League:
-        return cls(int(data["size"]), data["sampling"], [
-            Member(int(m["step"]), str(m["path"]), int(m["wins"]), int(m["draws"]), int(m["losses"]))
-            for m in data["members"]])
+        return cls(int(data["size"]), data["sampling"], [Member(**m) for m in data["members"]])
 
 
 def keep_paths(*leagues: League | None) -> set[str]:
@@ -133,7 +133,7 @@ def league_metrics(league: League, step: int, result: Sequence[int]) -> dict[str
     score against that member this step (when a league game was played) and its running estimate."""
     wins, draws, losses = result
     games = wins + draws + losses
-    member = next((m for m in league.members if m.step == step), None)
+    member = league.find(step)
     return {
         "league/member_step": float(step),
         "league/members": float(len(league.members)),

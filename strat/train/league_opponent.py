@@ -15,7 +15,7 @@ import logging
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strat.algorithm.records import Episode
 from strat.config import ExperimentConfig, league_opponent
@@ -23,6 +23,9 @@ from strat.errors import RunAborted
 from strat.play.rollout import derive_seed
 from strat.sync.weights import league_path
 from strat.train.league import League, keep_paths, league_metrics
+
+if TYPE_CHECKING:
+    from strat.train.fleet import Fleet  # imports Ray; only the trainer builds one
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +36,7 @@ LOOP_STATE_KEY = "league"
 class LeagueOpponent:
     """The run's league: which member plays each step, its engine's weights, the members' weights on disk."""
 
-    def __init__(self, config: ExperimentConfig, run_dir: Path, fleet: Any) -> None:
+    def __init__(self, config: ExperimentConfig, run_dir: Path, fleet: Fleet) -> None:
         opponent = league_opponent(config)
         if opponent is None:
             raise ValueError("the config has no league opponent")
