@@ -392,6 +392,11 @@ class ReasoningConfig(_Section):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     """Nucleus sampling mass in rollouts (1.0: off); the learner's log-probs are those of the same truncated
     distribution."""
+    constrain_action: bool = False
+    """Once a response opens `<action>`, decode only a legal move's name, `</action>` and the end of the turn (the
+    reasoning before it stays free); the learner scores those tokens under the same mask, so the move is still
+    learnt, among the legal ones. Every response that reaches `<action>` then plays a legal move: validity no longer
+    measures whether the model reads its game. engine.backend=hf only for now."""
 
 
 class ComparisonWeightsConfig(_Section):
@@ -872,6 +877,9 @@ def cross_check(config: ExperimentConfig) -> None:
     except ValueError as err:
         raise ConfigError(f"algorithm.format_penalty={config.algorithm.format_penalty!r}: {err}") from None
     engine = config.engine
+    if config.reasoning.constrain_action and engine.backend != "hf":
+        raise ConfigError(f"reasoning.constrain_action=true: built for engine.backend=hf only (the masked decoding and"
+                          f" its log-probs), not backend={engine.backend}")
     if engine.multiprocess and engine.backend != "vllm":
         raise ConfigError(f"engine.multiprocess=true: only for backend=vllm, not backend={engine.backend}")
     if engine.weight_sync == "object_store" and engine_is_multiprocess(config):

@@ -17,7 +17,9 @@ at depth 0 no section can be compared, so the process term is 0 and the hybrid a
 `clipped` and `fiberpo` (policy loss); `dph-js` and `dph-fkl` (DPH-RL's divergence to the initial policy);
 `as-configured` (the config's own settings, whatever its advantage), `league-uniform` and `league-pfsp` (the default
 Kuhn mix with its snapshot opponent replaced by a league of the last 4 snapshots, drawn uniformly or by PFSP; group
-`league`, paired with `as-configured`, not with `hybrid`). Each other group also runs `hybrid`. An arm with the same
+`league`, paired with `as-configured`, not with `hybrid`); `hf` and `constrain-action` (the config's own settings on
+the hf engine, and that with the move decoded among the legal moves only, `reasoning.constrain_action`; group
+`constrain`, paired with each other). Each other group also runs `hybrid`. An arm with the same
 resolved config as one listed before it (on the default config `depth1` and `clipped` are `hybrid`, `as-configured`
 is `outcome`) shares that arm's runs instead of training them again. The committed table was measured on
 depth 2, the default before 2026-12-02's move to depth 1: `reasoning.depth=2` among the overrides extends it alike.
@@ -108,6 +110,8 @@ ARMS: tuple[Arm, ...] = (
     Arm("as-configured", ()),
     Arm("league-uniform", (_league_mix("uniform"),)),
     Arm("league-pfsp", (_league_mix("pfsp"),)),
+    Arm("hf", ("engine.backend=hf",)),
+    Arm("constrain-action", ("engine.backend=hf", "reasoning.constrain_action=true")),
 )
 GROUPS: dict[str, tuple[str, ...]] = {
     "advantage": (ABLATION_REFERENCE, "outcome", "process", "hybrid-lam0.25", "skip-forced"),
@@ -117,6 +121,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "loss": (ABLATION_REFERENCE, "clipped", "fiberpo"),
     "dph": (ABLATION_REFERENCE, "dph-js", "dph-fkl"),
     "league": ("as-configured", "league-uniform", "league-pfsp"),
+    "constrain": ("hf", "constrain-action"),
     "all": tuple(arm.name for arm in ARMS),
 }
 

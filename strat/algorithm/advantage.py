@@ -451,6 +451,7 @@ def compute_advantages(
                 behaviour_logprobs=turn.behaviour_logprobs,
                 advantage=float(advantage),
                 token_advantages=_token_advantages(values, float(advantage)),
+                allowed_token_ids=turn.allowed_token_ids,
             )
             for (_, scored, turn), advantage, values in zip(turns, advantages, per_token, strict=True)
         )

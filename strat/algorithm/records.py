@@ -62,6 +62,9 @@ class Turn:
     response_token_ids: tuple[int, ...] = ()
     behaviour_logprobs: tuple[float, ...] = ()
     """Per response token, from the engine's temperature-scaled (processed) distribution."""
+    allowed_token_ids: tuple[tuple[int, ...], ...] = ()
+    """With a constrained move (`reasoning.constrain_action`): per response token, the ids it was sampled among
+    (empty where free); empty when nothing was constrained."""
     info_state: str = ""
     """The acting agent's information state (the game's `info_state_string`, a policy-table key); "" where it was
     not recorded (older ledgers)."""
@@ -192,6 +195,9 @@ class TrainSample:
     token_advantages: tuple[float, ...] = ()
     """One advantage per response token (credit by segment, `advantage.compute_advantages`); empty: every token
     has `advantage`."""
+    allowed_token_ids: tuple[tuple[int, ...], ...] = ()
+    """Per response token, the ids a constrained move was sampled among (empty where free, `Turn`); the learner
+    scores those tokens under the same mask. Empty: nothing constrained."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +220,9 @@ class TrainBatch:
     advantages: torch.Tensor
     """[B] float, one per turn, every token of the turn's response sharing it; or [B, R] (0 on padding) when any
     sample has per-token advantages (the others' tokens share theirs)."""
+    allowed: torch.Tensor | None = None
+    """[B, R, K] long: at each response token sampled under a constrained move, the ids it was sampled among (-1
+    pads; all -1 where free); None when no sample was constrained."""
 
     @classmethod
     def collate(cls, samples: Sequence[TrainSample], pad_token_id: int) -> TrainBatch:
@@ -225,6 +234,11 @@ class TrainBatch:
                 raise ValueError(
                     f"sample {sample.episode_id}/{sample.turn_index}: {len(sample.behaviour_logprobs)} "
                     f"behaviour log-probs for {len(sample.response_token_ids)} response tokens"
+                )
+            if sample.allowed_token_ids and len(sample.allowed_token_ids) != len(sample.response_token_ids):
+                raise ValueError(
+                    f"sample {sample.episode_id}/{sample.turn_index}: {len(sample.allowed_token_ids)} "
+                    f"allowed-token sets for {len(sample.response_token_ids)} response tokens"
                 )
             if sample.token_advantages and len(sample.token_advantages) != len(sample.response_token_ids):
                 raise ValueError(
@@ -260,7 +274,15 @@ class TrainBatch:
                 per_token[row, :r] = (torch.tensor(sample.token_advantages, dtype=torch.float32)
                                       if sample.token_advantages else advantages[row])
             advantages = per_token
-        return cls(prompt_ids, prompt_mask, response_ids, response_mask, behaviour, advantages)
+        allowed = None
+        width = max((len(ids) for s in samples for ids in s.allowed_token_ids), default=0)
+        if width:
+            allowed = torch.full((batch, response_len, width), -1, dtype=torch.long)
+            for row, sample in enumerate(samples):
+                for column, ids in enumerate(sample.allowed_token_ids):
+                    if ids:
+                        allowed[row, column, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        return cls(prompt_ids, prompt_mask, response_ids, response_mask, behaviour, advantages, allowed)
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -278,4 +300,5 @@ class TrainBatch:
 
     def to(self, device: torch.device | str) -> TrainBatch:
         """This batch on `device`."""
-        return TrainBatch(*(getattr(self, f.name).to(device) for f in fields(self)))
+        moved = (getattr(self, f.name) for f in fields(self))
+        return TrainBatch(*(None if value is None else value.to(device) for value in moved))

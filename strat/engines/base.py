@@ -25,6 +25,9 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     """Seed of the batch; each prompt i samples from (seed, i), so results do not depend on batching."""
+    actions: tuple[tuple[str, ...], ...] = ()
+    """With `reasoning.constrain_action`: each prompt's legal moves by name, in order; once a response opens
+    `<action>` it may only name one of them (`strat.engines.action_constraint`). Empty: free decoding."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,9 @@ class Generation:
     text: str
     finish_reason: str
     """`stop` (end-of-turn token) or `length` (hit max_tokens)."""
+    allowed_token_ids: tuple[tuple[int, ...], ...] = ()
+    """Under a constrained move (`SamplingParams.actions`): for each token, the ids it was sampled among, whose
+    renormalised distribution `logprobs` is of (empty where free). Empty when nothing was constrained."""
 
 
 class Engine(ABC):

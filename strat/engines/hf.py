@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from strat.engines.action_constraint import ActionConstraint, TokenTexts, token_texts
 from strat.engines.base import Engine, Generation, SamplingParams, stop_token_ids
 from strat.engines.sampling import sampling_logprobs
 from strat.model.build import DTYPES
@@ -33,6 +34,8 @@ class HFEngine(Engine):
         pad = self._tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else self._stop_ids[0]
         self._weight_group = Membership()
+        self._texts: TokenTexts | None = None
+        """`token_texts` of the tokenizer, read on the first constrained generation."""
 
     @property
     def tokenizer(self):
@@ -43,6 +46,9 @@ class HFEngine(Engine):
         if not prompts:
             return []
         batch = len(prompts)
+        constraints = self._constraints(params, batch)
+        written = [""] * batch
+        allowed: list[list[tuple[int, ...]]] = [[] for _ in range(batch)]
         width = max(len(p) for p in prompts)
         input_ids = torch.full((batch, width), self._pad_id, dtype=torch.long)
         attention = torch.zeros((batch, width), dtype=torch.long)
@@ -66,6 +72,8 @@ class HFEngine(Engine):
         done = [False] * batch
         stops = set(self._stop_ids)
         for _ in range(params.max_tokens):
+            if constraints:
+                logits = self._constrain(logits, constraints, written, allowed, done)
             logp = sampling_logprobs(logits, params.temperature, params.top_p).cpu()
             if generators is None:
                 chosen = logp.argmax(dim=-1)
@@ -83,6 +91,8 @@ class HFEngine(Engine):
                 logps[row].append(float(logp[row, token]))
                 next_ids[row] = token
                 done[row] = token in stops
+                if constraints:
+                    written[row] += constraints[row].vocabulary.texts[token]
             if all(done):
                 break
             attention = torch.cat([attention, torch.ones((batch, 1), dtype=torch.long, device=self.device)], dim=1)
@@ -106,9 +116,38 @@ class HFEngine(Engine):
                     logprobs=tuple(logps[row]),
                     text=self._tokenizer.decode(tokens[row], skip_special_tokens=True),
                     finish_reason="stop" if finished else "length",
+                    allowed_token_ids=tuple(allowed[row]) if any(allowed[row]) else (),
                 )
             )
         return results
+
+    def _constraints(self, params: SamplingParams, batch: int) -> list[ActionConstraint]:
+        """Each prompt's move constraint (`SamplingParams.actions`); none when decoding is free."""
+        if not params.actions:
+            return []
+        if len(params.actions) != batch:
+            raise ValueError(f"{len(params.actions)} prompts' legal moves for {batch} prompts")
+        if self._texts is None:
+            self._texts = token_texts(self._tokenizer)
+        return [ActionConstraint(self._texts, tuple(self._stop_ids), moves) for moves in params.actions]
+
+    def _constrain(self, logits: torch.Tensor, constraints: list[ActionConstraint], written: list[str],
+                   allowed: list[list[tuple[int, ...]]], done: list[bool]) -> torch.Tensor:
+        """`logits` [B, V] with every token outside a row's allowed set at -inf; each live row's allowed ids (empty
+        where free) appended to `allowed`."""
+        masked = logits
+        for row, constraint in enumerate(constraints):
+            if done[row]:
+                continue
+            ids = constraint.allowed(written[row])
+            allowed[row].append(ids or ())
+            if ids:
+                keep = torch.full_like(logits[row], float("-inf"))
+                keep[list(ids)] = 0.0
+                if masked is logits:
+                    masked = logits.clone()
+                masked[row] = logits[row] + keep
+        return masked
 
     @torch.no_grad()
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:

@@ -98,6 +98,8 @@ class VLLMEngine(Engine):
             return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("cannot generate from an empty prompt")
+        if params.actions:
+            raise ValueError("a constrained move (reasoning.constrain_action) is built for engine.backend: hf only")
         base = params.seed
         per_prompt = [
             VLLMSamplingParams(

@@ -80,6 +80,8 @@ class RolloutSettings:
     """Per-request seeds for the games' responses (`run.deterministic_rollouts`); False samples without them."""
     targets: TargetSettings = field(default_factory=TargetSettings)
     """Which score targets a rollout estimates on the weights that played it (`comparison.*_target`)."""
+    constrain_action: bool = False
+    """`reasoning.constrain_action`: once a response opens `<action>`, only a legal move's name may follow."""
 
 
 @dataclass(frozen=True)
@@ -241,15 +243,16 @@ class RolloutRunner:
         generate = self.policy if player is None else player.generate
         prompts = [encode(build_messages(env, agent, settings.depth)) for env, agent in located]
         params = SamplingParams(
-            max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p, seed=seed
+            max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p, seed=seed,
+            actions=tuple(moves for moves in legal_moves(settings, located) for _ in range(n)),
         )
         generations = generate([prompt for prompt in prompts for _ in range(n)], params)
         rng = random.Random(derive_seed(seed, "fallback"))
         actions: list[list[int]] = []
         valid: list[list[bool]] = []
         for index, (env, agent) in enumerate(located):
-            decisions = [decide(parse_response(generation.text, settings.depth), env, agent, rng, settings.format_penalty)
-                         for generation in generations[index * n : (index + 1) * n]]
+            decisions = [decide(parse_response(generation.text, settings.depth), env, agent, rng,
+                                settings.format_penalty) for generation in generations[index * n : (index + 1) * n]]
             actions.append([decision.action for decision in decisions])
             valid.append([decision.valid for decision in decisions])
         return SampledMoves(actions, valid)
@@ -331,7 +334,7 @@ def llm_turns(player: LLMPlayer, batch: Sequence[LiveGame], seed: int, observe: 
     located = [(game.env, game.env.agent_selection) for game in batch]
     prompts = [player.encode(build_messages(env, agent, settings.depth)) for env, agent in located]
     params = SamplingParams(max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
-                            seed=seed if settings.seeded else None)
+                            seed=seed if settings.seeded else None, actions=legal_moves(settings, located))
     generations = player.generate(prompts, params)
     turns = []
     for game, (env, agent), prompt, generation in zip(batch, located, prompts, generations, strict=True):
@@ -364,11 +367,20 @@ def llm_turns(player: LLMPlayer, batch: Sequence[LiveGame], seed: int, observe: 
                 prompt_token_ids=tuple(prompt),
                 response_token_ids=tuple(generation.token_ids),
                 behaviour_logprobs=tuple(generation.logprobs),
+                allowed_token_ids=generation.allowed_token_ids,
                 info_state=env.info_state_string(agent),
                 section_spans=None if player.spans is None else player.spans(generation.token_ids, generation.text),
             )
         )
     return turns
+
+
+def legal_moves(settings: RolloutSettings, located: Sequence[tuple[TextGameEnv, str]]) -> tuple[tuple[str, ...], ...]:
+    """Each prompt's legal moves by name when the move is constrained (`RolloutSettings.constrain_action`), else
+    none."""
+    if not settings.constrain_action:
+        return ()
+    return tuple(tuple(env.legal_action_names(agent)) for env, agent in located)
 
 
 def llm_move(player: LLMPlayer, env: TextGameEnv, rng: random.Random, seed: int) -> Turn:

@@ -28,6 +28,7 @@ def rollout_settings(config: ExperimentConfig) -> RolloutSettings:
         opponents=tuple(config.game.opponents),
         seeded=config.run.deterministic_rollouts,
         targets=target_settings(config),
+        constrain_action=config.reasoning.constrain_action,
     )
 
 

@@ -74,7 +74,9 @@ def _turn(data: dict[str, Any]) -> Turn:
         format_valid=bool(response["format_valid"]),
     )
     token_fields = ("prompt_token_ids", "response_token_ids", "behaviour_logprobs")
-    plain = {key: value for key, value in data.items() if key not in ("response", "section_spans", *token_fields)}
+    nested = ("response", "section_spans", "allowed_token_ids", *token_fields)
+    plain = {key: value for key, value in data.items() if key not in nested}
     spans = data.get("section_spans")  # absent from older rollouts
     return Turn(**plain, response=parsed, **{key: tuple(data[key]) for key in token_fields},
-                section_spans=None if spans is None else tuple((str(n), int(a), int(b)) for n, a, b in spans))
+                section_spans=None if spans is None else tuple((str(n), int(a), int(b)) for n, a, b in spans),
+                allowed_token_ids=tuple(tuple(int(t) for t in ids) for ids in data.get("allowed_token_ids", ())))

@@ -13,6 +13,9 @@ from strat.algorithm.records import TrainBatch, TrainSample
 from strat.engines.sampling import sampled_token_logprobs
 from strat.train.prefix import batch_logits
 
+MASKED_LOGIT = -1e9
+"""The logit a constrained position gives the tokens it does not allow."""
+
 
 def sequence_logprobs(
     model: torch.nn.Module, batch: TrainBatch, temperature: float, *, share_prefix: bool = False, top_p: float = 1.0
@@ -48,6 +51,8 @@ def sequence_forward(
     # computing only those keeps the vocabulary projection off the prompt.
     logits = batch_logits(model, batch, batch.response_ids.shape[1] + 1, share_prefix)
     predicting = logits[:, :-1, :]
+    if batch.allowed is not None:
+        predicting = constrained_logits(predicting, batch.allowed)
     if top_p < 1.0:
         logprobs = sampled_token_logprobs(predicting, batch.response_ids, temperature, top_p)
     else:
@@ -61,6 +66,24 @@ def sequence_forward(
         choices = choice_entropy(predicting, candidates, temperature)
         choices = torch.where(batch.response_mask, choices, torch.zeros_like(choices))
     return logprobs, values, choices
+
+
+def constrained_logits(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """`logits` [B, R, V] with every token outside each constrained position's allowed ids ([B, R, K], -1 pads; a
+    position with none is free) pushed to `MASKED_LOGIT`: the distribution the engine sampled a constrained move from
+    (`strat.engines.action_constraint`; its softmax underflows to exactly 0 there, and entropies stay finite, where
+    -inf would give 0 * -inf), with gradient through the allowed tokens' logits."""
+    constrained = (allowed >= 0).any(dim=-1)
+    if not bool(constrained.any()):
+        return logits
+    rows, columns = constrained.nonzero(as_tuple=True)
+    ids = allowed[rows, columns]
+    vocabulary = logits.shape[-1]
+    # Pads point at one spare column, dropped after: a pad must not clear token 0's place.
+    keep = torch.zeros((len(rows), vocabulary + 1), dtype=torch.bool, device=logits.device)
+    keep.scatter_(1, torch.where(ids >= 0, ids, vocabulary), True)
+    masked = logits[rows, columns].masked_fill(~keep[:, :vocabulary], MASKED_LOGIT)
+    return logits.index_put((rows, columns), masked)
 
 
 def split_for_ranks(samples: Sequence[TrainSample], world_size: int) -> list[list[TrainSample]]:

@@ -59,6 +59,9 @@ def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
         "as-configured": ("outcome", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
         "league-uniform": ("outcome", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
         "league-pfsp": ("outcome", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
+        # The config as it is on the hf engine, and that with the move constrained to the legal ones.
+        "hf": ("outcome", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
+        "constrain-action": ("outcome", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
     }
     assert {arm.name: settings(arm.name) for arm in ablation.ARMS} == expected
     default = load_config(ROOT / KUHN).game.opponents
@@ -69,7 +72,12 @@ def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
             (o.kind if o.kind != "snapshot" else "league", o.weight) for o in default]
         (league,) = [o for o in opponents if o.kind == "league"]
         assert (league.league_size, league.league_sampling) == (4, sampling)
-    assert all("hybrid" in ablation.GROUPS[group] for group in ablation.GROUPS if group not in ("league", "all"))
+    decoding = {name: (config.engine.backend, config.reasoning.constrain_action) for name, config in
+                ((a.name, load_config(ROOT / KUHN, list(a.overrides))) for a in ablation.ARMS)}
+    assert decoding == {**dict.fromkeys(expected, ("vllm", False)), "hf": ("hf", False),
+                        "constrain-action": ("hf", True)}
+    assert all("hybrid" in ablation.GROUPS[group] for group in ablation.GROUPS
+               if group not in ("league", "constrain", "all"))
     assert {a.name: a.seeds for a in ablation.ARMS if len(a.seeds) == 5} == dict.fromkeys(
         ("hybrid", "outcome", "targets", "targets-segment", "targets-state", "targets-segment-state"), (0, 1, 2, 3, 4))
     assert [a.name for a in ablation.select_arms(["loss", "depth0"])] == ["hybrid", "depth0", "clipped", "fiberpo"]
@@ -80,10 +88,10 @@ def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
 def test_the_plan_pairs_seeds_and_shares_the_runs_of_identical_arms(ablation, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
     runs = ablation.plan_runs(KUHN, ablation.select_arms(["all"]), tmp_path / "runs", tmp_path / "results")
-    # hybrid, outcome and the four targets arms on 5 seeds, the 13 other arms on 3: 69 runs; depth1 and clipped are
+    # hybrid, outcome and the four targets arms on 5 seeds, the 15 other arms on 3: 75 runs; depth1 and clipped are
     # the Kuhn config with the hybrid advantage, so their 2 x 3 runs are hybrid's, and as-configured is the config as
-    # it is, outcome's: 60 to train.
-    assert len(runs) == 69 and len({run.config.run_dir for run in runs}) == 60
+    # it is, outcome's: 66 to train.
+    assert len(runs) == 75 and len({run.config.run_dir for run in runs}) == 66
     (configured,) = [r for r in runs if r.arm == "as-configured" and r.seed == 2]
     assert configured.config.run_dir == tmp_path / "runs" / "outcome-seed2"
     assert [(r.arm, r.seed) for r in runs[:3]] == [("hybrid", 0), ("outcome", 0), ("process", 0)]
@@ -101,7 +109,7 @@ def test_the_plan_pairs_seeds_and_shares_the_runs_of_identical_arms(ablation, tm
     depths = {r.arm: r.config.reasoning.depth for r in old if r.seed == 0}
     assert depths == {**{arm.name: 2 for arm in ablation.ARMS}, "depth0": 0, "depth1": 1}
     (depth2,) = [r for r in old if r.arm == "depth2" and r.seed == 1]
-    assert depth2.config.run_dir == tmp_path / "runs" / "hybrid-seed1" and len({r.config.run_dir for r in old}) == 60
+    assert depth2.config.run_dir == tmp_path / "runs" / "hybrid-seed1" and len({r.config.run_dir for r in old}) == 66
     (fiberpo,) = [r for r in ablation.plan_runs(KUHN, ablation.select_arms(["fiberpo"]), tmp_path / "runs",
                                                 tmp_path / "results", seeds=[7], steps=4, overrides=["eval.games=50"])]
     assert fiberpo.overrides == ("eval.games=50", "schedule.steps=4", "algorithm.advantage_mode=hybrid",

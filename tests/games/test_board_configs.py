@@ -84,6 +84,24 @@ def test_two_training_steps(game: str, tmp_path: Path) -> None:
         assert text.count("** (INVALID, fallback played)") == sum(not turn.valid for turn in turns_played)
 
 
+@pytest.mark.long
+def test_two_training_steps_with_the_move_constrained(tmp_path: Path) -> None:
+    """Tic-tac-toe with `reasoning.constrain_action`: every response that opens `<action>` plays a legal cell, and the
+    learner's log-probs of the sampled tokens are the engine's (the same mask on both sides)."""
+    config = load_config(CONFIGS / "tic_tac_toe_tiny.yaml",
+                         [*SMOKE, *GAME_SMOKE["tic_tac_toe"], "reasoning.constrain_action=true",
+                          f"run.output_dir={tmp_path}"])
+    results = two_steps(config, tmp_path)
+    turns = [turn for result in results for s in result.scored for turn in s.episode.turns if turn.response]
+    opened = [turn for turn in turns if "<action>" in turn.response_text]
+    assert opened and all(turn.valid for turn in opened)
+    assert all(turn.allowed_token_ids for turn in opened)
+    for result in results:
+        assert math.isfinite(result.figures["loss/policy"])
+    # Before the first update the learner holds the engine's weights: only float rounding between them.
+    assert results[0].figures["logprob/engine_learner_gap"] < 1e-4
+
+
 def _centre_predicting_a1(prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
     """A stand-in policy: a well-formed depth-1 response that plays the centre (a fallback once it is taken) and
     predicts the opponent's a1."""

@@ -22,6 +22,7 @@ def _episode(index: int) -> Episode:
         response=ParsedResponse(2, Sections(past="nothing yet", plan="bet", predict="call", action="bet"), True),
         prompt_text="You hold the King.", response_text="<action>bet</action>", prompt_token_ids=(5, 6, 7),
         response_token_ids=(8, 9), behaviour_logprobs=(-0.125, -math.inf),
+        allowed_token_ids=((), (9, 12)),  # a constrained move (reasoning.constrain_action) on its second token
     )
     scripted = Turn(episode_id=f"e{index}", agent="player_1", turn_index=1, action=0, action_name="pass", valid=False,
                     fallback_used=True, penalty=-3.0)

@@ -1,0 +1,152 @@
+"""`reasoning.constrain_action`: once a response opens `<action>` only a legal move's name, `</action>` and the end of
+the turn may follow; the hf engine samples under that mask, and the learner scores the constrained tokens under the
+same mask (its log-probs equal the engine's), so that the move is still learnt, among the legal moves."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from strat.algorithm.advantage import compute_advantages
+from strat.algorithm.comparison import ComparisonWeights, score_episodes
+from strat.algorithm.records import TrainBatch, TrainSample
+from strat.config_loading import load_config
+from strat.engines import build_engine
+from strat.engines.action_constraint import ActionConstraint, TokenTexts, allowed_along, token_texts
+from strat.engines.base import SamplingParams
+from strat.errors import ConfigError
+from strat.play.rollout import RolloutRunner, derive_seed, plan_groups
+from strat.play.settings import rollout_settings
+from strat.train.sequences import sequence_logprobs
+from strat.train.settings import advantage_config
+
+CONFIG = Path(__file__).parents[2] / "configs" / "kuhn_poker_tiny.yaml"
+
+# A toy vocabulary: 0 is the end of the turn (no text), the others spell parts of the moves and tags.
+TEXTS = ["", "<action>", "bet", "b", "et", "check", "</action>", " ", "<", "action>", "x", "</"]
+BET_OR_CHECK = ActionConstraint(TokenTexts.of(TEXTS), stop_ids=(0,), moves=("bet", "check"))
+
+
+def test_the_reasoning_before_the_action_is_free() -> None:
+    assert BET_OR_CHECK.allowed("") is None
+    assert BET_OR_CHECK.allowed("<past>they bet</past><plan>check") is None
+
+
+def test_after_the_tag_only_a_legal_move_then_the_closing_tag_then_the_end() -> None:
+    assert BET_OR_CHECK.allowed("<plan>x</plan><action>") == (2, 3, 5)  # "bet", "b", "check"
+    assert BET_OR_CHECK.allowed("<action>b") == (4,)  # "et"
+    assert BET_OR_CHECK.allowed("<action>bet") == (6, 8, 11)  # "</action>", "<", "</"
+    assert BET_OR_CHECK.allowed("<action>bet</") == (9,)  # "action>"
+    assert BET_OR_CHECK.allowed("<action>bet</action>") == (0,)
+
+
+def test_an_action_that_already_left_the_legal_moves_is_left_free() -> None:
+    # A tokenizer that merged the tag with a letter can write past every move's spelling: nothing is forced then.
+    assert BET_OR_CHECK.allowed("<action>x") is None
+
+
+def test_the_allowed_sets_along_a_response() -> None:
+    # "<plan>" spelt by "<" + "x"-free tokens is not needed: the free tokens get (), the constrained ones their sets.
+    response = [10, 1, 3, 4, 6, 0]  # "x", "<action>", "b", "et", "</action>", end
+    assert allowed_along(BET_OR_CHECK, response) == ((), (), (2, 3, 5), (4,), (6, 8, 11), (0,))
+
+
+def test_token_texts_read_each_token_as_it_adds_to_a_response(warm_model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(warm_model_dir)
+    vocabulary = token_texts(tokenizer)
+    ids = tokenizer.encode("<past>x</past>\n<action>bet</action>", add_special_tokens=False)
+    assert "".join(vocabulary.texts[token] for token in ids) == tokenizer.decode(ids, skip_special_tokens=True)
+
+
+@pytest.fixture(scope="module")
+def constrained_step(warm_model_dir: Path):
+    """Step 1's games of the warm-started Kuhn model (depth 2) with the move constrained, on the hf engine; and the
+    samples with their advantages."""
+    config = load_config(str(CONFIG), ["reasoning.depth=2", "engine.backend=hf", "algorithm.groups_per_step=3",
+                                       "algorithm.group_size=4", "reasoning.max_new_tokens=224",
+                                       "reasoning.constrain_action=true"])
+    settings = rollout_settings(config)
+    assert settings.constrain_action
+    engine = build_engine("hf", warm_model_dir)
+    try:
+        runner = RolloutRunner(settings, engine.encode_chat, engine.generate, snapshot=engine.generate)
+        plans = plan_groups(settings, config.run.seed, 1, 0, config.algorithm.groups_per_step)
+        episodes = runner.run(plans, derive_seed(config.run.seed, 1, 0, "sampling"))
+    finally:
+        engine.close()
+    scored = score_episodes(episodes, ComparisonWeights())
+    samples, _ = compute_advantages(scored, advantage_config(config))
+    return config, episodes, samples
+
+
+def test_every_response_that_opens_its_action_plays_a_legal_move(constrained_step) -> None:
+    _, episodes, _ = constrained_step
+    turns = [turn for episode in episodes for turn in episode.turns if turn.response is not None]
+    opened = [turn for turn in turns if "<action>" in turn.response_text]
+    assert len(opened) >= len(turns) // 2 > 0  # the warm-started model writes the format
+    assert all(turn.valid for turn in opened)
+    for turn in opened:
+        assert len(turn.allowed_token_ids) == len(turn.response_token_ids)
+        constrained = [(token, ids) for token, ids in zip(turn.response_token_ids, turn.allowed_token_ids,
+                                                          strict=True) if ids]
+        assert constrained and all(token in ids for token, ids in constrained)
+
+
+def by_hand(model: torch.nn.Module, sample: TrainSample, temperature: float) -> list[float]:
+    """A sample's response log-probs from one unpadded forward pass: each constrained token's renormalised over its
+    allowed ids, a free token's the plain one."""
+    ids = torch.tensor([[*sample.prompt_token_ids, *sample.response_token_ids]])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(sample.prompt_token_ids) - 1 : -1] / temperature
+    plain = torch.log_softmax(logits.double(), dim=-1)
+    return [(plain[i, token] - (torch.logsumexp(plain[i, list(allowed)], dim=0) if allowed else 0.0)).item()
+            for i, (token, allowed) in enumerate(zip(sample.response_token_ids, sample.allowed_token_ids, strict=True))]
+
+
+def learner_logprobs(model: torch.nn.Module, samples: list[TrainSample], temperature: float) -> list[list[float]]:
+    batch = TrainBatch.collate(samples, pad_token_id=0)
+    assert batch.allowed is not None
+    with torch.no_grad():
+        values = sequence_logprobs(model, batch, temperature)
+    return [values[row, : len(sample.response_token_ids)].tolist() for row, sample in enumerate(samples)]
+
+
+def test_the_learner_scores_constrained_tokens_as_the_engine_sampled_them(constrained_step, warm_model_dir) -> None:
+    config, _, samples = constrained_step
+    samples = [sample for sample in samples if sample.allowed_token_ids][:8]
+    assert samples
+    temperature = config.reasoning.temperature
+    model = AutoModelForCausalLM.from_pretrained(warm_model_dir, dtype=torch.float32).eval()
+    for sample, values in zip(samples, learner_logprobs(model, samples, temperature), strict=True):
+        assert values == pytest.approx(list(sample.behaviour_logprobs), abs=1e-4)
+        assert values == pytest.approx(by_hand(model, sample, temperature), abs=1e-4)
+
+
+def test_the_mask_renormalises_where_the_model_spreads_its_mass(constrained_step, tiny_model_dir) -> None:
+    # The random-weight model puts most of each constrained position's mass outside its allowed ids: the learner's
+    # log-prob there is far above the unmasked one, and still the renormalised one by hand.
+    config, _, samples = constrained_step
+    temperature = config.reasoning.temperature
+    samples = [sample for sample in samples if sample.allowed_token_ids][:8]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    gaps = []
+    for sample, values in zip(samples, learner_logprobs(model, samples, temperature), strict=True):
+        assert values == pytest.approx(by_hand(model, sample, temperature), abs=1e-4)
+        unmasked = by_hand(model, dataclasses.replace(sample, allowed_token_ids=((),) * len(values)), temperature)
+        gaps.extend(values[i] - unmasked[i] for i, ids in enumerate(sample.allowed_token_ids) if ids)
+    assert gaps and min(gaps) >= 0 and sum(gaps) / len(gaps) > 1.0
+
+
+def test_the_vllm_engine_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match="constrain_action=true: built for engine.backend=hf only"):
+        load_config(str(CONFIG), ["reasoning.constrain_action=true", "engine.backend=vllm"])
+
+
+def test_free_sampling_params_carry_no_moves() -> None:
+    assert SamplingParams().actions == ()
