@@ -324,18 +324,26 @@ RESERVED_POLICY_NAMES = ("policy", "snapshot", "league", "self")
 
 
 class PolicyConfig(_Section):
-    """Another policy of the job besides the one trained (`model`, `learner`, `algorithm`): a fixed LLM
-    opponent, played by its own engine from its own checkpoint with its own tokenizer, chat template and reasoning
-    format, and never updated."""
+    """Another policy of the job besides the one trained (`model`, `learner`, `algorithm`), played by its own engine
+    with its own tokenizer and chat template: a fixed LLM opponent (`train: false`), or a policy co-trained beside
+    the first (`train: true`) with its own learner, optimizer state, weights and checkpoints."""
 
     name: str = Field(..., pattern=POLICY_NAME)
-    """Its name: opponents name it (`{kind: policy, name: ...}`), and its seats are `policy:<name>` in episodes."""
+    """Its name: opponents name it (`{kind: policy, name: ...}`), its seats are `policy:<name>` in episodes, and a
+    co-trained policy's metrics are `<name>/...`."""
     model: str
-    """What plays: a run directory (its latest complete checkpoint, in the run's reasoning format), a checkpoint
+    """What plays. Fixed: a run directory (its latest complete checkpoint, in the run's reasoning format), a checkpoint
     directory (`checkpoints/step_N`), a model directory exported by `strat export` (in the format it carries), a
-    Hugging Face model directory or Hub name `org/name[@revision]` (the trained policy's reasoning format)."""
+    Hugging Face model directory or Hub name `org/name[@revision]` (the trained policy's reasoning format).
+    Co-trained: `tiny:<game>` (sized by `tiny`), a Hugging Face model directory or a Hub name, through the run's own
+    rules pretraining and warm start where those are enabled, in the run's reasoning format."""
     train: bool = True
-    """Whether it trains. Only `false` is built: a fixed opponent. One job trains one policy."""
+    """Whether it trains: `true` co-trains it beside the first policy (on its own seats' turns, with the run's
+    algorithm); `false` plays it as a fixed opponent, never updated."""
+    tiny: TinyConfig = Field(default_factory=TinyConfig)
+    """Sizes of a co-trained `tiny:<game>` model (another size than `model.tiny` makes it a distinct model)."""
+    lr: float | None = Field(None, gt=0.0)
+    """A co-trained policy's learning rate; unset: `algorithm.lr`."""
 
     @field_validator("name")
     @classmethod
@@ -350,17 +358,27 @@ class PolicyConfig(_Section):
     def _model_exists(cls, value: str) -> str:
         if hub.parse(value) is not None:
             return value
+        if value.startswith("tiny:"):
+            _check_game_name(value.split(":", 1)[1])
+            return value
         if not Path(value).expanduser().is_dir():
             raise ValueError(f"no directory at {value!r} (a run, checkpoint or model directory, or a Hub name"
-                             " org/name[@revision], is accepted)")
+                             " org/name[@revision], is accepted; tiny:<game> for a co-trained policy)")
         return value
 
     @model_validator(mode="after")
-    def _fixed_only(self) -> PolicyConfig:
-        if self.train:
-            raise ValueError(f"train=true ({self.name}): co-training a second policy is not built yet (one job trains"
-                             " one policy); set train: false to play it as a fixed opponent")
+    def _what_each_kind_plays(self) -> PolicyConfig:
+        if not self.train and self.model.startswith("tiny:"):
+            raise ValueError(f"model={self.model} ({self.name}): a fixed policy plays a trained checkpoint, and a"
+                             " tiny model is random weights; co-train it (train: true) or name a checkpoint")
+        if not self.train and self.lr is not None:
+            raise ValueError(f"lr ({self.name}): only a co-trained policy (train: true) has a learning rate")
         return self
+
+    @property
+    def tiny_game(self) -> str | None:
+        """The game of a `tiny:<game>` model, else None."""
+        return self.model.split(":", 1)[1] if self.model.startswith("tiny:") else None
 
 
 class GameConfig(_Section):
@@ -920,6 +938,21 @@ def _check_policies(config: ExperimentConfig) -> None:
         if name not in played:
             raise ConfigError(f"policies.{index} ({name}) plays no seat: name it in game.opponents"
                               f" ({{kind: policy, name: {name}}}) or remove it")
+    for index, policy in enumerate(config.policies):
+        if not policy.train:
+            continue
+        key = f"policies.{index}"
+        if policy.tiny_game is not None and policy.tiny_game != config.game.name:
+            raise ConfigError(f"{key}.model={policy.model}: a tiny model of another game than game.name="
+                              f"{config.game.name}")
+        if config.resources.gpus_per_agent > 0 or config.resources.gpus_learner > 0 \
+                or config.resources.gpus_comparator > 0:
+            raise ConfigError(f"{key} ({policy.name}): a co-trained policy runs on CPU actors only for now (its"
+                              " learner and agent are not in the GPU placement plan yet); set resources.gpus_* to 0,"
+                              " or train: false to play it as a fixed opponent")
+        if config.algorithm.dph_divergence != "none":
+            raise ConfigError(f"{key} ({policy.name}): algorithm.dph_divergence={config.algorithm.dph_divergence}"
+                              " rehearses the first policy's initial data only; use none with a co-trained policy")
 
 
 def _check_league(config: ExperimentConfig) -> None:
@@ -945,8 +978,18 @@ def league_opponent(config: ExperimentConfig) -> OpponentConfig | None:
 
 
 def fixed_policy_names(config: ExperimentConfig) -> list[str]:
-    """The fixed policies the run plays against, in `policies` order (each needs its own engine)."""
+    """The fixed policies the run plays against, in `policies` order."""
     return [policy.name for policy in config.policies if not policy.train]
+
+
+def cotrained_policy_names(config: ExperimentConfig) -> list[str]:
+    """The policies co-trained beside the first (`train: true`), in `policies` order (each has its own learner)."""
+    return [policy.name for policy in config.policies if policy.train]
+
+
+def policy_agent_names(config: ExperimentConfig) -> list[str]:
+    """Every `policies` entry, fixed or co-trained, in order: each plays on an engine (an agent) of its own."""
+    return [policy.name for policy in config.policies]
 
 
 def held_out_opponents(config: ExperimentConfig) -> list[str]:

@@ -3,6 +3,7 @@ weights the others hold) and its lost work replayed, and a dead learner ends the
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from strat.algorithm.records import Episode
 from strat.cluster.placement import cluster_from_ray, needs_placement, reserve
 from strat.cluster.placement import plan as plan_placement
 from strat.cluster.storage import check_shared_storage
-from strat.config import ExperimentConfig, fixed_policy_names, past_policy_agent
+from strat.config import ExperimentConfig, cotrained_policy_names, past_policy_agent, policy_agent_names
 from strat.errors import ConfigError, PlacementError, RunAborted
 from strat.model import checkpoint
 from strat.play.rollout import GroupPlan
@@ -41,10 +42,11 @@ ACTOR_PING_TIMEOUT_S = 60.0
 def required_resources(config: ExperimentConfig) -> dict[str, float]:
     """CPUs and GPUs the run's actors ask for together."""
     res = config.resources
-    agents = res.agents + int(past_policy_agent(config)) + len(fixed_policy_names(config))
+    agents = res.agents + int(past_policy_agent(config)) + len(policy_agent_names(config))
+    learners = res.learner_world_size + len(cotrained_policy_names(config))
     return {
         "CPU": agents * res.cpus_per_agent + res.rollout_workers * res.cpus_per_worker
-        + res.learner_world_size * res.cpus_learner + res.cpus_comparator,
+        + learners * res.cpus_learner + res.cpus_comparator,
         "GPU": agents * res.gpus_per_agent + res.gpus_learner + res.gpus_comparator,
     }
 
@@ -87,8 +89,13 @@ class Fleet:
                  fixed: tuple[FixedPolicy, ...] | None = None) -> None:
         self.config, self.run_dir, self.model_path = config, run_dir, model_path
         self.fixed_policies = resolve_fixed_policies(config) if fixed is None else fixed
-        """The fixed LLM opponents, resolved; each has its own agent in `fixed` (by name), never synced."""
+        """The other policies' players, in `policies` order: the fixed LLM opponents (never synced) and the co-trained
+        policies (synced from their own learners); each has its own agent in `fixed` (by name)."""
         self.fixed: dict[str, Any] = {}
+        self.policy_learners: dict[str, LearnerGroup] = {}
+        """Each co-trained policy's learner (one rank), by name."""
+        self.policy_weights: dict[str, str] = {}
+        """Each co-trained policy's newest weights directory once synced: a restarted agent of it loads them."""
         self._step = step
         self.restarts = 0
         """Actors restarted so far in this run."""
@@ -144,6 +151,15 @@ class Fleet:
         )
         self.sync = WeightSync(config, self.run_dir, self.learner, lambda: self.agents, lambda: self.snapshot,
                                self.learner_get, self.call_agents)
+        lrs = {policy.name: policy.lr for policy in config.policies}
+        for policy in self.fixed_policies:
+            if policy.name in cotrained_policy_names(config):
+                settings = learner_settings(config)
+                if lrs[policy.name] is not None:
+                    settings = dataclasses.replace(settings, lr=lrs[policy.name])
+                self.policy_learners[policy.name] = LearnerGroup.start(
+                    str(policy.model_dir), settings, 1, lambda rank: env(res.cpus_learner, 0.0),
+                    res.actor_start_timeout_s)
         self._collect_handles()
         self._wait_ready(self._handles)
         log.info("actors ready: %d agent(s)%s, %d rollout worker(s), comparator, learner (%d rank(s))",
@@ -179,7 +195,8 @@ class Fleet:
         )
 
     def _collect_handles(self) -> None:
-        self._handles = [*self.agents, *self.workers, self.comparator, *self.learner.ranks, *self.fixed.values()]
+        self._handles = [*self.agents, *self.workers, self.comparator, *self.learner.ranks, *self.fixed.values(),
+                         *(rank for group in self.policy_learners.values() for rank in group.ranks)]
         if self.snapshot is not None:
             self._handles.append(self.snapshot)
 
@@ -269,6 +286,16 @@ class Fleet:
                 raise RunAborted(f"the learner actor died at step {self._step()}; {self.resume_hint()}") from None
             raise
 
+    def policy_learner_get(self, name: str, ref: Any) -> Any:
+        """The result of a co-trained policy's learner call; its death ends the run with where to resume from."""
+        try:
+            return self.policy_learners[name].get(ref)
+        except Exception as err:  # noqa: BLE001
+            if actor_died(err):
+                raise RunAborted(f"the learner actor of policy {name} died at step {self._step()};"
+                                 f" {self.resume_hint()}") from None
+            raise
+
     def recover(self, where: str, err: BaseException) -> None:
         """Restart every agent and rollout worker that died, with the weights the others hold."""
         self.restarts += 1
@@ -287,7 +314,7 @@ class Fleet:
                     where, type(err).__name__, len(dead_agents), " and the snapshot" if snapshot_dead else "",
                     f", {len(dead_fixed)} fixed polic{'y' if len(dead_fixed) == 1 else 'ies'}" if dead_fixed else "",
                     len(dead_workers), self.restarts, limit)
-        # A fixed policy's agent loads its own checkpoint as it starts: nothing to reload.
+        # A fixed policy's agent loads its own checkpoint as it starts, a co-trained one its newest synced weights.
         self._start_again(where, [("agent", i) for i in dead_agents] + ([("snapshot", 0)] if snapshot_dead else [])
                           + [("fixed", i) for i in dead_fixed])
         ray.get(self.sync.reload_calls([self.agents[i] for i in dead_agents], snapshot_dead))
@@ -319,7 +346,8 @@ class Fleet:
                     self.snapshot = self._new_agent(role="snapshot")
                 elif role == "fixed":
                     policy = self.fixed_policies[index]
-                    self.fixed[policy.name] = self._new_agent(index, "fixed", str(policy.model_dir))
+                    weights = self.policy_weights.get(policy.name, str(policy.model_dir))
+                    self.fixed[policy.name] = self._new_agent(index, "fixed", weights)
                 else:
                     self.workers[index] = self._new_worker(index)
             handles = [self._slot_handle(role, index) for role, index in slots]

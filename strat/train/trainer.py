@@ -20,21 +20,18 @@ from ray.exceptions import RayTaskError
 import games
 from games.posterior import supports_posterior
 from strat.algorithm.advantage import (
-    AdvantageStats,
     RoleBaseline,
     compute_advantages,
-    correlation,
     replace_zero_spread_groups,
     zero_spread_group_ids,
 )
 from strat.algorithm.records import Episode, ScoredEpisode, TrainSample
-from strat.algorithm.targets import TargetSettings
 from strat.config import (
     ExperimentConfig,
     OpponentConfig,
-    fixed_policy_names,
     held_out_opponents,
     league_opponent,
+    policy_agent_names,
     save_resolved,
 )
 from strat.config_loading import load_config
@@ -49,6 +46,7 @@ from strat.play.settings import rollout_settings, target_settings
 from strat.sync.fingerprint import WeightsTag
 from strat.train import stages
 from strat.train.context_check import check_context, context_summary
+from strat.train.cotrained import CoTrainedPolicies, resolve_cotrained_policies
 from strat.train.fixed_policies import FixedPolicy, resolve_fixed_policies
 from strat.train.fleet import Fleet, Share, actor_died
 from strat.train.league_opponent import LOOP_STATE_KEY, LeagueOpponent
@@ -57,6 +55,7 @@ from strat.train.rehearsal import REHEARSAL_ROUNDS, episode_samples, load_rehear
 from strat.train.resume import read_overrides, resume_with_overrides
 from strat.train.rollout_record import Rollout, rollout_from_json, rollout_to_json
 from strat.train.settings import advantage_config
+from strat.train.step_metrics import advantage_metrics, episode_metrics
 from strat.train.tracking import open_tracker
 from strat.train.transcripts import render_transcripts
 
@@ -93,89 +92,6 @@ def logprob_gap_warning(gap: float, step: int, staleness: int) -> str:
 def _due(step: int, every: int) -> bool:
     """Whether something done every `every` steps (0: never) is due at `step`."""
     return bool(every) and step % every == 0
-
-
-def episode_metrics(scored: list[ScoredEpisode], targets: TargetSettings | None = None) -> dict[str, float]:
-    """Reward, format validity and CoT figures of a step's ego turns. Where score targets were estimated: the share
-    of components scored on them (`cot/target_coverage`), and the process score's variance and correlation with the
-    turn's outcome against the sampled truth and against the targets, on the same turns."""
-    targets = targets or TargetSettings()
-    ego_returns, valid, misstated, truncated, llm_turns, tokens = [], 0, 0, 0, 0, 0
-    scores, predicts, beliefs, gaps = [], [], [], []
-    on_target = eligible = 0
-    paired: list[tuple[float, float, float]] = []
-    for item in scored:
-        episode = item.episode
-        ego_returns.extend(episode.outcome(agent) for agent in episode.ego_agents)
-        for turn in episode.turns:
-            if turn.agent in episode.ego_agents and turn.response is not None:
-                llm_turns += 1
-                valid += int(turn.valid and turn.response.format_valid)
-                misstated += int(turn.misstated)
-                truncated += int(turn.truncated)
-                tokens += len(turn.response_token_ids)
-        for score in item.scores:
-            if score.comparable:
-                scores.append(score.score)
-            if score.predict is not None:
-                predicts.append(score.predict)
-                eligible += int(targets.prediction == "policy")
-            if score.belief is not None:
-                beliefs.append(score.belief)
-                eligible += int(targets.belief == "posterior")
-            if score.belief_gap is not None:
-                gaps.append(score.belief_gap)
-            on_target += score.on_target
-            if score.comparable and score.sampled_score is not None and score.target_score is not None:
-                paired.append((score.sampled_score, score.target_score, episode.outcome(score.agent)))
-
-    def mean(values: list[float]) -> float | None:
-        return sum(values) / len(values) if values else None
-
-    def variance(values: list[float]) -> float | None:
-        centre = mean(values)
-        return None if centre is None else sum((v - centre) ** 2 for v in values) / len(values)
-
-    record = {
-        "episodes/count": float(len(scored)),
-        "reward/mean": mean(ego_returns),
-        "format/valid_rate": valid / llm_turns if llm_turns else None,
-        "format/misstated_rate": misstated / llm_turns if llm_turns else None,
-        "format/truncated_rate": truncated / llm_turns if llm_turns else None,
-        "cot/score_mean": mean(scores),
-        "cot/predict_acc": mean(predicts),
-        "cot/belief_acc": mean(beliefs),
-        "gen/tokens": float(tokens),
-    }
-    if eligible:
-        record["cot/target_coverage"] = on_target / eligible
-    if paired:
-        sampled, target, outcome = (list(column) for column in zip(*paired, strict=True))
-        record.update({
-            "cot/score_var_sampled": variance(sampled),
-            "cot/score_var_target": variance(target),
-            "cot/outcome_corr_sampled": correlation(sampled, outcome),
-            "cot/outcome_corr_target": correlation(target, outcome),
-        })
-    if gaps:
-        record["cot/belief_gap"] = mean(gaps)
-    return record
-
-
-def advantage_metrics(stats: AdvantageStats) -> dict[str, float | None]:
-    return {
-        "groups/count": float(stats.groups),
-        "groups/zero_spread_frac": stats.zero_spread_groups / stats.groups if stats.groups else 0.0,
-        "groups/zero_signal_frac": stats.zero_signal_groups / stats.groups if stats.groups else 0.0,
-        "groups/dropped": float(stats.dropped_groups),
-        "adv/process_outcome_corr": stats.process_outcome_corr,
-        # Credit by segment only: how much of the responses the reasoning scores land on, and how many turns had
-        # no section spans (they keep the response's advantage).
-        **({} if stats.segment_tokens_frac is None and not stats.unspanned_turns else {
-            "adv/segment_tokens_frac": stats.segment_tokens_frac,
-            "adv/unspanned_turns_frac": stats.unspanned_turns / stats.turns if stats.turns else 0.0,
-        }),
-    }
 
 
 def checkpoint_bytes(config: ExperimentConfig, model_dir: Path) -> int:
@@ -224,6 +140,8 @@ class Trainer:
         """The run's actors, once started."""
         self.league: LeagueOpponent | None = None
         """The league opponent (`{kind: league}`), once the actors are started."""
+        self.cotrained: CoTrainedPolicies | None = None
+        """The policies co-trained beside the first (`policies` with `train: true`), once the actors are started."""
         self._pending: tuple[int, list[Share], float] | None = None
         """The rollout in flight: (its step, each worker's share, when it was launched)."""
         self._ready: Rollout | None = None
@@ -254,6 +172,7 @@ class Trainer:
             self.fixed_policies = resolve_fixed_policies(self.config)
         self.model_path = str(self.initial_model_path(self.config))
         log.info("policy starts from %s", self.model_path)
+        self._add_cotrained_players()
         self._check_free_space()
         self._start_ray()
         # After ray.init, whose core worker installs a C++ SIGTERM handler that aborts the process.
@@ -362,6 +281,15 @@ class Trainer:
     def _start_ray(self) -> None:
         self._owns_ray = start_ray(self.address)
 
+    def _add_cotrained_players(self) -> None:
+        """The co-trained policies' players beside the fixed ones, in `policies` order (each starts from its own
+        model, through the run's stages)."""
+        cotrained = {p.name: p for p in resolve_cotrained_policies(self.config, self.initial_model_path)}
+        fixed = {p.name: p for p in self.fixed_policies or ()}
+        for policy in cotrained.values():
+            log.info("co-trained policy %s starts from %s", policy.name, policy.model_dir)
+        self.fixed_policies = tuple({**fixed, **cotrained}[p.name] for p in self.config.policies)
+
     def _start_actors(self) -> None:
         self._note_targets()
         self.fleet = Fleet(self.config, self.run_dir, self.model_path, lambda: self._in_progress or self.step + 1,
@@ -369,6 +297,7 @@ class Trainer:
         self.fleet.start()
         if league_opponent(self.config) is not None:
             self.league = LeagueOpponent(self.config, self.run_dir, self.fleet)
+        self.cotrained = CoTrainedPolicies(self.config, self.run_dir, self.fleet)
 
     def _note_targets(self) -> None:
         """One log line where `comparison.belief_target: posterior` cannot be had for the game: beliefs are then
@@ -403,6 +332,8 @@ class Trainer:
                                 snapshot_agent=self.league is None)
         if self.league is not None:
             self.league.restore(loop_state.get(LOOP_STATE_KEY))
+        if self.cotrained:
+            self.cotrained.restore(latest.step)
         if checkpoint.NEXT_ROLLOUT in loop_state:
             # The rollout in flight when the checkpoint was written: it ran on weights the checkpoint does not hold.
             self._ready = rollout_from_json(loop_state[checkpoint.NEXT_ROLLOUT])
@@ -567,6 +498,7 @@ class Trainer:
             samples, stats = self._advantages(step, scored)
         with timer.phase("learn"):
             learn = self.fleet.learner_get(self.fleet.learner.update(samples))
+            cotrained = self.cotrained.train(episodes, self._comparator_get) if self.cotrained else {}
         self.step = step
         last = step == config.schedule.steps
         evaluate = config.schedule.eval_every > 0 and (_due(step, config.schedule.eval_every) or last)
@@ -574,7 +506,7 @@ class Trainer:
         record: dict[str, Any] = {
             "step": step, **episode_metrics(scored, target_settings(config)), **advantage_metrics(stats), **resampling, **learn,
             "rollout/weights_version": float(rollout.weights[0].version),
-            **league,
+            **league, **cotrained,
         }
         record.setdefault("loss/kl", 0.0)
         if evaluate:
@@ -658,6 +590,8 @@ class Trainer:
         """The learner's weights to every agent, and to the snapshot opponent when its refresh is due."""
         with timer.phase("sync"):
             self.fleet.sync.push(version)
+            if self.cotrained:
+                self.cotrained.push(version)
         with timer.phase("snapshot"):
             self._maybe_snapshot(version)
 
@@ -671,6 +605,8 @@ class Trainer:
             self.fleet.sync.refresh_snapshot(step)  # the snapshot opponent, and with it the KL anchor
         elif self.config.algorithm.kl_reference == "snapshot":
             self.fleet.learner_get(self.fleet.learner.refresh_anchor())
+        if self.cotrained and self.config.algorithm.kl_reference == "snapshot":
+            self.cotrained.refresh_anchor()
 
     def _checkpoint(self, step: int, timer: PhaseTimer | None = None) -> None:
         """Save the learner and the loop after step `step`; with overlap, after draining the pipeline (`_drain`), with
@@ -683,9 +619,12 @@ class Trainer:
             loop_state[LOOP_STATE_KEY] = self.league.state()
         if self._ready is not None and self._ready.step == step + 1:
             loop_state[checkpoint.NEXT_ROLLOUT] = rollout_to_json(self._ready)
-        ref = self.fleet.learner.save(str(self.run_dir), step, loop_state, self.config.schedule.keep_checkpoints)
         try:
             with timer.phase("checkpoint"):
+                if self.cotrained:  # first: the run's checkpoint of a step, once complete, implies theirs
+                    self.cotrained.save(step)
+                ref = self.fleet.learner.save(str(self.run_dir), step, loop_state,
+                                              self.config.schedule.keep_checkpoints)
                 path = self.fleet.learner_get(ref)
         except RayTaskError as err:
             cause = getattr(err, "cause", None)
@@ -704,7 +643,7 @@ class Trainer:
         config = self.config
         seed = derive_seed(config.run.seed, "eval")
         out: dict[str, Any] = {}
-        fixed = [policy_seat(name) for name in fixed_policy_names(config)]
+        fixed = [policy_seat(name) for name in policy_agent_names(config)]
         for opponent in ["random", *fixed, *(held_out_opponents(config) if held_out else [])]:
             played = self.fleet.call_agents(
                 "evaluation", lambda name=opponent: self.fleet.workers[0].play_vs.remote(name, config.eval.games, seed)

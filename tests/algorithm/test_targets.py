@@ -18,7 +18,7 @@ from strat.algorithm.targets import SCRIPTED, TargetSettings, replay
 from strat.config import OpponentConfig
 from strat.play.rollout import GroupPlan, RolloutRunner, RolloutSettings
 from strat.train.rollout_record import Rollout, rollout_from_json, rollout_to_json
-from strat.train.trainer import episode_metrics
+from strat.train.step_metrics import episode_metrics
 from tests.eval.helpers import FakeLLM
 
 KING_OR_A_THIRD = {"King": 1.0, "Queen": 1 / 3, "Jack": 1 / 3}

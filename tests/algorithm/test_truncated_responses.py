@@ -9,7 +9,7 @@ from strat.engines.base import Generation, SamplingParams
 from strat.eval.evaluation import TRUNCATION_NOTE, truncation_note
 from strat.eval.stats import truncation
 from strat.play.rollout import GroupPlan, RolloutRunner, RolloutSettings
-from strat.train.trainer import episode_metrics
+from strat.train.step_metrics import episode_metrics
 
 
 class EveryThirdCutOff:

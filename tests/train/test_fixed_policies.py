@@ -40,7 +40,14 @@ def test_a_fixed_policy_is_configured_and_resolved(warm_model_dir: Path) -> None
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    (lambda d: _fixed(d, train="true"), "co-training a second policy is not built yet"),
+    (lambda d: _fixed(Path("tiny:kuhn_poker")), "a fixed policy plays a trained checkpoint, and a tiny model is"),
+    (lambda d: _fixed(Path("tiny:leduc_poker"), train="true"), "a tiny model of another game than game.name=kuhn"),
+    (lambda d: [*_fixed(Path("tiny:kuhn_poker"), train="true"), "resources.gpus_learner=1"],
+     "a co-trained policy runs on CPU actors only for now"),
+    (lambda d: [*_fixed(Path("tiny:kuhn_poker"), train="true"), "algorithm.dph_divergence=js"],
+     "use none with a co-trained policy"),
+    (lambda d: [f"policies=[{{name: rival, model: {d}, train: false, lr: 0.1}}]",
+                "game.opponents=[{kind: policy, name: rival}]"], "only a co-trained policy (train: true) has a"),
     (lambda d: _fixed(d, name="snapshot"), "is reserved"),
     (lambda d: [f"policies=[{{name: rival, model: {d}, train: false}}]"], "policies.0 (rival) plays no seat"),
     (lambda d: [*_fixed(d)[:1], "game.opponents=[{kind: policy, name: other}]"],
