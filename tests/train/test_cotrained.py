@@ -1,0 +1,110 @@
+"""Co-trained policies (`policies: [{name, model, train: true}]`): the config, each policy's view of a game from its
+own seats, and a training run of two policies: their weights stay apart (each agent holds exactly its own learner's
+weights, checked by fingerprints), and a run stopped and resumed equals the run never stopped, for both policies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from strat import metrics
+from strat.algorithm.records import Episode, Turn
+from strat.config import cotrained_policy_names, fixed_policy_names, policy_agent_names
+from strat.config_loading import load_config
+from strat.sync.fingerprint import fingerprint
+from strat.train.cotrained import policy_model_config, prefixed, seated_view
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"
+TWO = ROOT / "configs" / "kuhn_poker_two_policies_tiny.yaml"
+
+
+def test_the_two_policy_config_names_a_distinct_co_trained_model() -> None:
+    config = load_config(TWO)
+    (small,) = config.policies
+    assert small.train and small.model == "tiny:kuhn_poker" and small.tiny.hidden_size == 64
+    assert config.model.tiny.hidden_size != small.tiny.hidden_size
+    assert cotrained_policy_names(config) == policy_agent_names(config) == ["small"] and not fixed_policy_names(config)
+    own = policy_model_config(config, "small")
+    assert own.model.path == "tiny:kuhn_poker" and own.model.tiny == small.tiny
+    assert own.warm_start == config.warm_start and own.game == config.game
+
+
+def test_a_co_trained_policy_may_set_its_own_learning_rate() -> None:
+    config = load_config(TWO, ["policies=[{name: small, model: 'tiny:kuhn_poker', lr: 0.001}]"])
+    assert config.policies[0].train and config.policies[0].lr == 0.001
+
+
+def _episode() -> Episode:
+    turns = (Turn("e", "player_0", 0, 1, "bet"), Turn("e", "player_1", 1, 1, "call"))
+    return Episode("e", "g", 3, "kuhn_poker", ("player_0", "player_1"), ("player_0",), turns,
+                   {"player_0": 2.0, "player_1": -2.0}, {"player_0": "K", "player_1": "Q"},
+                   seats={"player_0": "policy", "player_1": "policy:small"})
+
+
+def test_each_policy_learns_from_its_own_seats() -> None:
+    episode = _episode()
+    view = seated_view(episode, "small")
+    assert view is not None and view.ego_agents == ("player_1",) and view.outcome("player_1") == -2.0
+    assert view.turns == episode.turns and view.group_id == episode.group_id
+    assert seated_view(episode, "other") is None
+    assert prefixed("small", {"reward/mean": 1.0}) == {"small/reward/mean": 1.0}
+
+
+def _weights(checkpoint_dir: Path) -> str:
+    """The fingerprint of a checkpoint's weights, as an engine holding them reports it."""
+    return fingerprint(load_file(checkpoint_dir / "model.safetensors").items())
+
+
+@pytest.mark.long
+def test_two_policies_train_apart_and_resume_exactly(local_ray, tmp_path: Path, warm_model_dir: Path) -> None:
+    """The first policy and `rival` (both from the warm-started model, rival with another learning rate) play every
+    game against each other. After each step each agent holds exactly its own learner's weights, never the other's;
+    a run stopped after step 2 and resumed logs what the run never stopped logs, for both policies."""
+    import ray
+
+    from strat.train.trainer import Trainer
+    from tests.train.test_ray_training import SMALL, _comparable
+
+    common = [f"model.path={warm_model_dir}", *SMALL, "engine.backend=hf", "schedule.max_staleness=0",
+              "schedule.checkpoint_every=1", "schedule.eval_every=0", "warm_start.enabled=false",
+              f"policies=[{{name: rival, model: {warm_model_dir}, train: true, lr: 0.01}}]",
+              "game.opponents=[{kind: policy, name: rival}]", "algorithm.lr=0.003", "algorithm.groups_per_step=4",
+              "reasoning.max_new_tokens=160", "resources.cpus_per_agent=0.25"]
+    held: list[tuple[int, str, str, str, str]] = []
+
+    def fingerprints(trainer: Trainer):
+        """After each step: what each agent holds, and what the step's checkpoint of each policy holds (read now:
+        older checkpoints are pruned)."""
+        def on_step(record: dict) -> None:
+            step, fleet, run = int(record["step"]), trainer.fleet, trainer.run_dir
+            held.append((step, ray.get(fleet.agents[0].weights.remote()).fingerprint,
+                         ray.get(fleet.fixed["rival"].weights.remote()).fingerprint,
+                         _weights(run / "checkpoints" / f"step_{step}"),
+                         _weights(run / "policies" / "rival" / "checkpoints" / f"step_{step}")))
+        return on_step
+
+    straight = load_config(DEFAULT, [*common, f"run.output_dir={tmp_path / 'a'}", "schedule.steps=3"])
+    trainer = Trainer(straight, straight.run_dir)
+    trainer.run(fingerprints(trainer))
+    run = straight.run_dir
+    assert [step for step, *_ in held] == [1, 2, 3]
+    for _, own, rival, own_saved, rival_saved in held:
+        assert (own, rival) == (own_saved, rival_saved) and own != rival
+    assert len({rival for _, _, rival, _, _ in held}) == 3, "the rival's engine must follow its own updates"
+
+    a = metrics.read(run)
+    assert all(r["rival/learn/samples"] > 0 and r["learn/samples"] > 0 for r in a)
+    assert any(r.get("rival/learn/grad_norm", 0) > 0 for r in a)
+    assert all(abs(r["rival/logprob/engine_learner_gap"]) < 1e-4 for r in a), "the rival plays its learner's weights"
+
+    first = load_config(DEFAULT, [*common, f"run.output_dir={tmp_path / 'b'}", "schedule.steps=2"])
+    Trainer(first, first.run_dir).run()
+    resumed = load_config(first.run_dir / "config.yaml", ["schedule.steps=3"])
+    Trainer(resumed, first.run_dir, resume=True).run()
+    b = metrics.read(first.run_dir)
+    assert [r["step"] for r in b] == [1, 2, 3]
+    assert _comparable(a) == _comparable(b)
+    assert _weights(first.run_dir / "policies" / "rival" / "checkpoints" / "step_3") == held[-1][2]
