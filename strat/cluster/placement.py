@@ -24,14 +24,15 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from strat.config import ExperimentConfig, fixed_policy_names, past_policy_agent
+from strat.config import ExperimentConfig, cotrained_policy_names, fixed_policy_names, past_policy_agent
 from strat.errors import PlacementError
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-Role = Literal["agent", "snapshot", "fixed", "rollout_worker", "comparator", "learner"]
+Role = Literal["agent", "snapshot", "fixed", "cotrained", "rollout_worker", "comparator", "learner",
+               "cotrained_learner"]
 Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 _EPS = 1e-9
 
@@ -221,12 +222,16 @@ def _role_bundles(config: ExperimentConfig) -> list[tuple[Role, int, str, Bundle
         rows.append(("snapshot", 0, "agents", agent))
     # Each fixed LLM opponent's engine takes an agent's bundle (its model may be smaller; the bundle is the same).
     rows += [("fixed", i, "agents", agent) for i, _ in enumerate(fixed_policy_names(config))]
+    # A co-trained policy's engine takes an agent's bundle too, and its learner (one rank) a learner rank's.
+    rows += [("cotrained", i, "agents", agent) for i, _ in enumerate(cotrained_policy_names(config))]
     rows += [("rollout_worker", i, "rollout_workers", Bundle(res.cpus_per_worker, 0.0))
              for i in range(res.rollout_workers)]
     rows.append(("comparator", 0, "comparator", Bundle(res.cpus_comparator, res.gpus_comparator)))
     # One bundle per learner rank (one GPU each on a multi-GPU learner); FSDP2 ranks may span nodes.
     rows += [("learner", i, "learner", Bundle(res.cpus_learner, res.gpus_per_learner_rank))
              for i in range(res.learner_world_size)]
+    rows += [("cotrained_learner", i, "learner", Bundle(res.cpus_learner, 0.0))
+             for i, _ in enumerate(cotrained_policy_names(config))]
     return rows
 
 
@@ -237,6 +242,8 @@ _NEED_KEY = {
     "agent": "resources.gpus_per_agent x engine.tensor_parallel_size",
     "snapshot": "resources.gpus_per_agent x engine.tensor_parallel_size",
     "fixed": "resources.gpus_per_agent x engine.tensor_parallel_size",
+    "cotrained": "resources.gpus_per_agent x engine.tensor_parallel_size",
+    "cotrained_learner": "resources.cpus_learner",
     "rollout_worker": "resources.cpus_per_worker",
     "comparator": "resources.gpus_comparator",
     "learner": "resources.gpus_learner",
@@ -252,7 +259,7 @@ def plan(config: ExperimentConfig, cluster: ClusterSpec) -> Plan:
     max_cpus = max((n.cpus for n in cluster.nodes if n.cpus is not None), default=None)
     for role, _, _, bundle in rows:
         if bundle.gpus > cluster.max_node_gpus + _EPS:
-            engine_role = role in ("agent", "snapshot", "fixed")
+            engine_role = role in ("agent", "snapshot", "fixed", "cotrained")
             what = "a tensor-parallel engine" if engine_role and config.engine.tensor_parallel_size > 1 else "its actor"
             raise PlacementError(
                 f"{role}: {what} needs {bundle.gpus:g} GPUs on one node ({_NEED_KEY[role]}) "
@@ -277,10 +284,12 @@ def plan(config: ExperimentConfig, cluster: ClusterSpec) -> Plan:
             raise PlacementError(f"all roles: the actors need {total_cpus:g} CPUs but the cluster has {have:g} ({where})")
     nodes = _first_fit(rows, cluster, where)
     fixed_names = fixed_policy_names(config)
+    cotrained_names = cotrained_policy_names(config)
     groups: dict[str, list[Bundle]] = {}
     actors = []
     for (role, index, group, bundle), node in zip(rows, nodes, strict=True):
-        label = fixed_names[index] if role == "fixed" else None
+        label = {"fixed": fixed_names, "cotrained": cotrained_names,
+                 "cotrained_learner": cotrained_names}.get(role, [None] * (index + 1))[index]
         if bundle.cpus <= 0 and bundle.gpus <= 0:
             actors.append(ActorPlacement(role, index, None, None, None, 0.0, 0.0, label))
             continue

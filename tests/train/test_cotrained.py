@@ -108,3 +108,14 @@ def test_two_policies_train_apart_and_resume_exactly(local_ray, tmp_path: Path, 
     assert [r["step"] for r in b] == [1, 2, 3]
     assert _comparable(a) == _comparable(b)
     assert _weights(first.run_dir / "policies" / "rival" / "checkpoints" / "step_3") == held[-1][2]
+
+
+def test_the_plan_shows_each_co_trained_policy_s_agent_and_learner() -> None:
+    """`strat plan`'s rows: the co-trained policy's engine in the agents group and its learner in the learner group,
+    each named by the policy; two engines and two learners fit the 2 cores the config is sized for."""
+    from strat.cluster.placement import parse_cluster, plan
+
+    result = plan(load_config(TWO), parse_cluster("nodes=1,gpus_per_node=0,cpus_per_node=2"))
+    assert [a.name for a in result.actors] == ["agent[0]", "cotrained[small]", "rollout_worker[0]", "comparator[0]",
+                                               "learner[0]", "cotrained_learner[small]"]
+    assert sum(a.cpus for a in result.actors) == pytest.approx(2.0)
