@@ -45,6 +45,19 @@ def _default_out(policy: Policy, game: str, head: bool) -> Path:
     return Path("eval") / game / ("head_to_head" if head else re.sub(r"[^\w.-]+", "--", policy.name))
 
 
+def cotrained_policy_dir(run: str | None, name: str) -> str:
+    """`--policy RUN --policy-name NAME`: the co-trained policy's own folder in the run (a run directory of its own:
+    config.yaml and checkpoints/); a missing one is refused naming the run's co-trained policies."""
+    if run is None:
+        raise ConfigError(f"--policy-name={name}: give the run with --policy RUN")
+    root = Path(run) / "policies"
+    found = sorted(p.name for p in root.iterdir() if (p / "checkpoints").is_dir()) if root.is_dir() else []
+    if name not in found:
+        raise ConfigError(f"--policy-name={name}: {run} has no co-trained policy of that name"
+                          f" ({', '.join(found) if found else 'it has none'})")
+    return str(root / name)
+
+
 def eval_command(
     policy: Annotated[
         str | None,
@@ -52,6 +65,11 @@ def eval_command(
             help="Checkpoint directory, run directory (its latest checkpoint), Hugging Face Hub name "
             "(org/name or org/name@revision, from the cache or downloaded) or scripted policy name."
         ),
+    ] = None,
+    policy_name: Annotated[
+        str | None,
+        typer.Option(help="With --policy RUN of a run with co-trained policies: evaluate the one of this name"
+                     " (RUN/policies/NAME, its latest checkpoint) instead of the run's first policy."),
     ] = None,
     game: Annotated[str | None, typer.Option(help="Game (default: the checkpoint's run's game).")] = None,
     opponents: Annotated[
@@ -109,6 +127,8 @@ def eval_command(
     if backend not in ("hf", "vllm"):
         raise ConfigError(f"--backend={backend!r}: unknown inference engine (allowed: hf, vllm)")
     contenders = _split(head_to_head_policies)
+    if policy_name is not None:
+        policy = cotrained_policy_dir(policy, policy_name)
     if policy is None and not contenders:
         raise ConfigError("eval needs --policy P, or --head-to-head P1,P2,... with at least two policies")
     if policy is not None and contenders:

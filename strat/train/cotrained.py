@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from strat.algorithm.advantage import RoleBaseline, compute_advantages
 from strat.algorithm.records import Episode, ScoredEpisode
-from strat.config import ExperimentConfig, ModelConfig, cotrained_policy_names
+from strat.config import ExperimentConfig, ModelConfig, cotrained_policy_names, save_resolved
 from strat.errors import RunAborted
 from strat.model import checkpoint
 from strat.play.rollout import policy_seat
@@ -58,6 +58,14 @@ def resolve_cotrained_policies(config: ExperimentConfig,
         model = next(p.model for p in config.policies if p.name == name)
         out.append(FixedPolicy(name, model_dir, settings, f"co-trained from {model} ({model_dir})"))
     return tuple(out)
+
+
+def save_policy_configs(config: ExperimentConfig, run_dir: Path) -> None:
+    """Each co-trained policy's folder as a run directory of its own: `config.yaml` (the run's, with its model), so
+    that `strat eval --policy <run>/policies/<name>` (or `--policy <run> --policy-name <name>`) plays its latest
+    checkpoint in the run's format."""
+    for name in cotrained_policy_names(config):
+        save_resolved(policy_model_config(config, name), run_dir / POLICIES_DIR / name)
 
 
 def seated_view(episode: Episode, name: str) -> Episode | None:

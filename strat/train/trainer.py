@@ -46,7 +46,7 @@ from strat.play.settings import rollout_settings, target_settings
 from strat.sync.fingerprint import WeightsTag
 from strat.train import stages
 from strat.train.context_check import check_context, context_summary
-from strat.train.cotrained import CoTrainedPolicies, resolve_cotrained_policies
+from strat.train.cotrained import CoTrainedPolicies, resolve_cotrained_policies, save_policy_configs
 from strat.train.fixed_policies import FixedPolicy, resolve_fixed_policies
 from strat.train.fleet import Fleet, Share, actor_died
 from strat.train.league_opponent import LOOP_STATE_KEY, LeagueOpponent
@@ -250,6 +250,7 @@ class Trainer:
             raise ConfigError(f"run directory {self.run_dir} is not writable: {err.strerror}") from None
         if not self.resume:
             save_resolved(self.config, self.run_dir)
+            save_policy_configs(self.config, self.run_dir)
 
     def _choose_resume_point(self) -> None:
         """The newest checkpoint that verifies; damaged newer ones are named in one line and moved aside, so that

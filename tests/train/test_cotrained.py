@@ -119,3 +119,23 @@ def test_the_plan_shows_each_co_trained_policy_s_agent_and_learner() -> None:
     assert [a.name for a in result.actors] == ["agent[0]", "cotrained[small]", "rollout_worker[0]", "comparator[0]",
                                                "learner[0]", "cotrained_learner[small]"]
     assert sum(a.cpus for a in result.actors) == pytest.approx(2.0)
+
+
+def test_eval_finds_a_co_trained_policy_by_name(tmp_path: Path) -> None:
+    """`strat eval --policy RUN --policy-name NAME` evaluates RUN/policies/NAME (a run directory of its own, with the
+    config its run saved there); an unknown name is refused naming the run's co-trained policies."""
+    from strat import cli
+    from strat.cli.eval import cotrained_policy_dir
+    from strat.errors import ConfigError
+    from strat.train.cotrained import save_policy_configs
+
+    config = load_config(TWO)
+    save_policy_configs(config, tmp_path)
+    (tmp_path / "policies" / "small" / "checkpoints").mkdir()
+    saved = load_config(tmp_path / "policies" / "small" / "config.yaml")
+    assert saved.model.path == "tiny:kuhn_poker" and saved.model.tiny.hidden_size == 64
+    assert cotrained_policy_dir(str(tmp_path), "small") == str(tmp_path / "policies" / "small")
+    with pytest.raises(ConfigError, match=r"has no co-trained policy of that name \(small\)"):
+        cotrained_policy_dir(str(tmp_path), "large")
+    # The run's folder has no complete checkpoint yet: refused as any run directory would be, in one line.
+    assert cli.main(["eval", "--policy", str(tmp_path), "--policy-name", "small"]) != 0
