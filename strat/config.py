@@ -390,6 +390,10 @@ class GameConfig(_Section):
     """Game options passed to games.make, e.g. {players: 3}."""
     opponents: list[OpponentConfig] = Field(default_factory=lambda: [OpponentConfig()])
     """Who the policy plays against, mixed by weight: each group draws one opponent."""
+    seats: list[str] | None = None
+    """Who plays each seat, in seat order, against one other policy of the job: `policy` for the first policy and the
+    other's name for the rest, e.g. [policy, small] (the first policy always player_0, `small` always player_1).
+    Unset: the first policy's seat alternates by group and step, so both play every seat."""
 
     @field_validator("name")
     @classmethod
@@ -875,6 +879,7 @@ def cross_check(config: ExperimentConfig) -> None:
             )
     _check_policies(config)
     _check_league(config)
+    _check_seats(config, spec.num_players)
     if config.warm_start.enabled and config.warm_start.player not in allowed:
         raise ConfigError(
             f"warm_start.player={config.warm_start.player!r}: not available for {game}"
@@ -953,6 +958,25 @@ def _check_policies(config: ExperimentConfig) -> None:
         if config.algorithm.dph_divergence != "none":
             raise ConfigError(f"{key} ({policy.name}): algorithm.dph_divergence={config.algorithm.dph_divergence}"
                               " rehearses the first policy's initial data only; use none with a co-trained policy")
+
+
+def _check_seats(config: ExperimentConfig, num_players: int) -> None:
+    """`game.seats`: one entry per seat, the first policy's once, one other policy of the job everywhere else, and it
+    the only opponent."""
+    seats = config.game.seats
+    if seats is None:
+        return
+    if len(seats) != num_players:
+        raise ConfigError(f"game.seats={seats}: {config.game.name} has {num_players} seats, one entry each")
+    if seats.count("policy") != 1:
+        raise ConfigError(f"game.seats={seats}: name the first policy (`policy`) at exactly one seat")
+    others = {seat for seat in seats if seat != "policy"}
+    opponents = {(o.kind, o.name) for o in config.game.opponents}
+    names = [policy.name for policy in config.policies]
+    (other,) = others if len(others) == 1 else (None,)
+    if other not in names or opponents != {("policy", other)}:
+        raise ConfigError(f"game.seats={seats}: the other seats are one other policy of the job (a `policies` entry"
+                          f" named there and the only entry of game.opponents, {{kind: policy, name: <it>}})")
 
 
 def _check_league(config: ExperimentConfig) -> None:

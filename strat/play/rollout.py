@@ -82,6 +82,8 @@ class RolloutSettings:
     """Which score targets a rollout estimates on the weights that played it (`comparison.*_target`)."""
     constrain_action: bool = False
     """`reasoning.constrain_action`: once a response opens `<action>`, only a legal move's name may follow."""
+    ego_seat: int | None = None
+    """`game.seats`: the first policy's seat in every group; None: it alternates by group and step."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,7 @@ def plan_groups(
                 group_id=f"s{step}-w{worker}-g{index}",
                 seed=derive_seed(run_seed, step, worker, index, "deal") % (2**31),
                 opponent=opponent,
-                ego_seat=(step + index) % num_players,
+                ego_seat=(step + index) % num_players if settings.ego_seat is None else settings.ego_seat,
             )
         )
     return plans

@@ -29,6 +29,7 @@ def rollout_settings(config: ExperimentConfig) -> RolloutSettings:
         seeded=config.run.deterministic_rollouts,
         targets=target_settings(config),
         constrain_action=config.reasoning.constrain_action,
+        ego_seat=None if config.game.seats is None else config.game.seats.index("policy"),
     )
 
 

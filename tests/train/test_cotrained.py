@@ -139,3 +139,34 @@ def test_eval_finds_a_co_trained_policy_by_name(tmp_path: Path) -> None:
         cotrained_policy_dir(str(tmp_path), "large")
     # The run's folder has no complete checkpoint yet: refused as any run directory would be, in one line.
     assert cli.main(["eval", "--policy", str(tmp_path), "--policy-name", "small"]) != 0
+
+
+def test_fixed_seats_put_each_policy_on_its_own_seat_in_every_group() -> None:
+    """`game.seats: [small, policy]`: the first policy plays player_1 in every group of every step (unset, its seat
+    alternates), and `small` player_0."""
+    from strat.play.rollout import plan_groups
+    from strat.play.settings import rollout_settings
+
+    fixed = rollout_settings(load_config(TWO, ["game.seats=[small, policy]"]))
+    alternating = rollout_settings(load_config(TWO))
+    assert fixed.ego_seat == 1 and alternating.ego_seat is None
+    for step in (1, 2, 3):
+        assert {plan.ego_seat for plan in plan_groups(fixed, 0, step, 0, 4)} == {1}
+        assert {plan.ego_seat for plan in plan_groups(alternating, 0, step, 0, 4)} == {0, 1}
+    assert {plan.ego_seat for plan in plan_groups(fixed, 0, 1, 0, 4, resample_round=1)} == {1}
+
+
+@pytest.mark.parametrize(("seats", "message"), [
+    ("[policy]", "kuhn_poker has 2 seats, one entry each"),
+    ("[small, small]", "name the first policy (`policy`) at exactly one seat"),
+    ("[policy, other]", "the other seats are one other policy of the job"),
+])
+def test_bad_seat_maps_are_refused_in_one_line(seats: str, message: str) -> None:
+    from strat.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_config(TWO, [f"game.seats={seats}"])
+    # Seats name one policy opponent: not beside self-play.
+    with pytest.raises(ConfigError, match="the only entry of game.opponents"):
+        load_config(TWO, ["game.seats=[policy, small]",
+                          "game.opponents=[{kind: self}, {kind: policy, name: small}]"])
