@@ -135,7 +135,8 @@ class Fleet:
             self.snapshot = self._new_agent(role="snapshot")
         for index, policy in enumerate(self.fixed_policies):
             self.fixed[policy.name] = self._new_agent(index=index, role="fixed", model_path=str(policy.model_dir))
-            log.info("fixed policy %s: %s", policy.name, policy.source)
+            kind = "co-trained" if policy.name in cotrained_policy_names(config) else "fixed"
+            log.info("%s policy %s: %s", kind, policy.name, policy.source)
         self.workers = [self._new_worker(i) for i in range(res.rollout_workers)]
         weights = config.comparison.weights
         self.comparator = CoTComparator.options(
@@ -162,9 +163,10 @@ class Fleet:
                     res.actor_start_timeout_s)
         self._collect_handles()
         self._wait_ready(self._handles)
-        log.info("actors ready: %d agent(s)%s, %d rollout worker(s), comparator, learner (%d rank(s))",
-                 len(self.agents), f" and {len(self.fixed)} fixed polic{'y' if len(self.fixed) == 1 else 'ies'}"
-                 if self.fixed else "", len(self.workers), len(self.learner.ranks))
+        log.info("actors ready: %d agent(s)%s, %d rollout worker(s), comparator, learner (%d rank(s))%s",
+                 len(self.agents), f" and {len(self.fixed)} other polic{'y' if len(self.fixed) == 1 else 'ies'}'"
+                 " agent(s)" if self.fixed else "", len(self.workers), len(self.learner.ranks),
+                 f", {len(self.policy_learners)} co-trained policy learner(s)" if self.policy_learners else "")
 
     def stop(self) -> None:
         """Kill every actor and give the placement groups back."""
