@@ -164,7 +164,8 @@ class Fleet:
         self._collect_handles()
         self._wait_ready(self._handles)
         log.info("actors ready: %d agent(s)%s, %d rollout worker(s), comparator, learner (%d rank(s))%s",
-                 len(self.agents), f" and {len(self.fixed)} other policies' agent(s)" if self.fixed else "", len(self.workers), len(self.learner.ranks),
+                 len(self.agents), f" and {len(self.fixed)} other policies' agent(s)" if self.fixed else "",
+                 len(self.workers), len(self.learner.ranks),
                  f", {len(self.policy_learners)} co-trained policy learner(s)" if self.policy_learners else "")
 
     def stop(self) -> None:
