@@ -22,6 +22,12 @@ _SHOWN = (
 )
 
 
+def cotrained_rewards(record: dict[str, Any]) -> list[str]:
+    """Each co-trained policy's reward key (`<name>/reward/mean`) in `record`, sorted: shown beside the first
+    policy's."""
+    return sorted(key for key in record if key.endswith("/reward/mean") and key.count("/") == 2)
+
+
 class TrainProgress:
     """A rich progress bar updated once per step with the key figures."""
 
@@ -43,7 +49,8 @@ class TrainProgress:
 
     def update(self, record: dict[str, Any]) -> None:
         self._last.update({k: v for k, v in record.items() if v is not None})
-        shown = [*_SHOWN, *((key, "vs " + key.removeprefix("eval/return_vs_")) for key in held_out_keys(self._last))]
+        shown = [*_SHOWN, *((key, "vs " + key.removeprefix("eval/return_vs_")) for key in held_out_keys(self._last)),
+                 *((key, key.removesuffix("/mean")) for key in cotrained_rewards(self._last))]
         figures = "  ".join(f"{label} {fmt(self._last.get(key))}" for key, label in shown)
         if self._task is None:
             self._task = self._progress.add_task("train", total=None, figures=figures)

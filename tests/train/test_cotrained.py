@@ -170,3 +170,11 @@ def test_bad_seat_maps_are_refused_in_one_line(seats: str, message: str) -> None
     with pytest.raises(ConfigError, match="the only entry of game.opponents"):
         load_config(TWO, ["game.seats=[policy, small]",
                           "game.opponents=[{kind: self}, {kind: policy, name: small}]"])
+
+
+def test_the_progress_bar_shows_each_co_trained_policy_s_reward(capsys: pytest.CaptureFixture[str]) -> None:
+    from strat.cli.progress import TrainProgress
+
+    with TrainProgress() as progress:
+        progress.update({"step": 1, "reward/mean": 0.25, "small/reward/mean": -0.5, "small/learn/samples": 9.0})
+    assert "small/reward -0.500" in capsys.readouterr().err
