@@ -150,6 +150,7 @@ class CoTrainedPolicies:
                 raise RunAborted(f"policy {name} has no complete checkpoint of step {step} at {path} (the run's"
                                  " checkpoint of that step has one per co-trained policy); resume from an earlier"
                                  " step, or start a new run")
+            checkpoint.require_verified(checkpoint.Checkpoint(path, step))  # a damaged one: refused in one line
             state = self.fleet.policy_learner_get(name, self.fleet.policy_learners[name].load(str(path), step))
             self.baselines[name].load_state_dict(state.get("baseline", {}))
         self.push(step)
