@@ -178,3 +178,18 @@ def test_the_progress_bar_shows_each_co_trained_policy_s_reward(capsys: pytest.C
     with TrainProgress() as progress:
         progress.update({"step": 1, "reward/mean": 0.25, "small/reward/mean": -0.5, "small/learn/samples": 9.0})
     assert "small/reward -0.500" in capsys.readouterr().err
+
+
+def test_a_resume_without_a_co_trained_policy_s_checkpoint_is_refused(tmp_path: Path) -> None:
+    """The run's checkpoint of a step implies one per co-trained policy (written first); where one is missing the
+    resume stops in one line, before any learner is touched."""
+    from strat.errors import RunAborted
+    from strat.train.cotrained import CoTrainedPolicies
+
+    class NoFleet:  # restore must refuse before it calls any actor
+        def __getattr__(self, name: str):
+            raise AssertionError(f"fleet.{name} used")
+
+    policies = CoTrainedPolicies(load_config(TWO), tmp_path, NoFleet())  # type: ignore[arg-type]
+    with pytest.raises(RunAborted, match=r"policy small has no complete checkpoint of step 4 at .*policies/small"):
+        policies.restore(4)
