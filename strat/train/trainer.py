@@ -399,14 +399,19 @@ class Trainer:
         log.warning(logprob_gap_warning(gap, record["step"], self.config.schedule.max_staleness))
 
     def _check_nonfinite(self, record: dict[str, Any]) -> None:
-        skipped = record.get("learn/skipped_minibatches")
+        """Count the steps in a row whose update (the first policy's or a co-trained one's, `<name>/learn/...`)
+        skipped optimizer steps for a non-finite loss or gradient; stop the run at `schedule.max_nonfinite_updates`."""
+        suffix = "learn/skipped_minibatches"
+        skipped = sum(int(value) for key, value in record.items() if key.endswith(suffix) and value)
         if not skipped:
             self._nonfinite_in_row = 0
             return
         self._nonfinite_in_row += 1
         limit = self.config.schedule.max_nonfinite_updates
-        log.warning("step %d: non-finite loss or gradient, %d optimizer step(s) of the update skipped (%d update(s) in"
-                    " a row, the run stops at %d)", record["step"], int(skipped), self._nonfinite_in_row, limit)
+        which = ", ".join(key.removesuffix(suffix).rstrip("/") or "the policy" for key, value in record.items()
+                          if key.endswith(suffix) and value)
+        log.warning("step %d: non-finite loss or gradient, %d optimizer step(s) of the update skipped (%s; %d update(s)"
+                    " in a row, the run stops at %d)", record["step"], skipped, which, self._nonfinite_in_row, limit)
         if self._nonfinite_in_row >= limit:
             raise RunAborted(
                 f"{self._nonfinite_in_row} updates in a row had a non-finite loss or gradient (up to step "

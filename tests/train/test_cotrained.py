@@ -193,3 +193,25 @@ def test_a_resume_without_a_co_trained_policy_s_checkpoint_is_refused(tmp_path: 
     policies = CoTrainedPolicies(load_config(TWO), tmp_path, NoFleet())  # type: ignore[arg-type]
     with pytest.raises(RunAborted, match=r"policy small has no complete checkpoint of step 4 at .*policies/small"):
         policies.restore(4)
+
+
+def test_a_co_trained_policy_s_non_finite_updates_count_toward_stopping_the_run(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """`schedule.max_nonfinite_updates` counts the steps in a row where any policy's update skipped optimizer steps:
+    the co-trained one's (`small/learn/skipped_minibatches`) as the first policy's; the warning names which."""
+    from strat.errors import RunAborted
+    from strat.train.trainer import Trainer
+
+    class Fleet:
+        @staticmethod
+        def resume_hint() -> str:
+            return "resume hint"
+
+    trainer = Trainer(load_config(TWO, ["schedule.max_nonfinite_updates=2"]), tmp_path)
+    trainer.fleet = Fleet()  # type: ignore[assignment]
+    trainer._check_nonfinite({"step": 1, "learn/skipped_minibatches": 0.0, "small/learn/skipped_minibatches": 1.0})
+    assert "(small;" in caplog.text
+    trainer._check_nonfinite({"step": 2, "learn/skipped_minibatches": 0.0, "small/learn/skipped_minibatches": 0.0})
+    trainer._check_nonfinite({"step": 3, "learn/skipped_minibatches": 2.0, "small/learn/skipped_minibatches": 0.0})
+    with pytest.raises(RunAborted, match=r"2 updates in a row had a non-finite loss or gradient \(up to step 4"):
+        trainer._check_nonfinite({"step": 4, "learn/skipped_minibatches": 0.0, "small/learn/skipped_minibatches": 2.0})
