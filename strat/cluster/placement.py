@@ -288,8 +288,8 @@ def plan(config: ExperimentConfig, cluster: ClusterSpec) -> Plan:
     groups: dict[str, list[Bundle]] = {}
     actors = []
     for (role, index, group, bundle), node in zip(rows, nodes, strict=True):
-        label = {"fixed": fixed_names, "cotrained": cotrained_names,
-                 "cotrained_learner": cotrained_names}.get(role, [None] * (index + 1))[index]
+        names = {"fixed": fixed_names, "cotrained": cotrained_names, "cotrained_learner": cotrained_names}.get(role)
+        label = names[index] if names else None
         if bundle.cpus <= 0 and bundle.gpus <= 0:
             actors.append(ActorPlacement(role, index, None, None, None, 0.0, 0.0, label))
             continue

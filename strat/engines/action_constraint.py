@@ -85,13 +85,3 @@ class ActionConstraint:
         if "" in remainders:
             return self.stop_ids
         return self.vocabulary.starting(remainders) or None
-
-
-def allowed_along(constraint: ActionConstraint, token_ids: Sequence[int]) -> tuple[tuple[int, ...], ...]:
-    """For each token of a response sampled under `constraint`, the ids it was chosen among (empty where free)."""
-    text = ""
-    allowed: list[tuple[int, ...]] = []
-    for token in token_ids:
-        allowed.append(constraint.allowed(text) or ())
-        text += constraint.vocabulary.texts[token]
-    return tuple(allowed)

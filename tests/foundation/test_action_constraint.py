@@ -16,7 +16,7 @@ from strat.algorithm.comparison import ComparisonWeights, score_episodes
 from strat.algorithm.records import TrainBatch, TrainSample
 from strat.config_loading import load_config
 from strat.engines import build_engine
-from strat.engines.action_constraint import ActionConstraint, TokenTexts, allowed_along, token_texts
+from strat.engines.action_constraint import ActionConstraint, TokenTexts, token_texts
 from strat.engines.base import SamplingParams
 from strat.errors import ConfigError
 from strat.play.rollout import RolloutRunner, derive_seed, plan_groups
@@ -52,7 +52,8 @@ def test_an_action_that_already_left_the_legal_moves_is_left_free() -> None:
 def test_the_allowed_sets_along_a_response() -> None:
     # "<plan>" spelt by "<" + "x"-free tokens is not needed: the free tokens get (), the constrained ones their sets.
     response = [10, 1, 3, 4, 6, 0]  # "x", "<action>", "b", "et", "</action>", end
-    assert allowed_along(BET_OR_CHECK, response) == ((), (), (2, 3, 5), (4,), (6, 8, 11), (0,))
+    along = [BET_OR_CHECK.allowed("".join(TEXTS[t] for t in response[:i])) or () for i in range(len(response))]
+    assert along == [(), (), (2, 3, 5), (4,), (6, 8, 11), (0,)]
 
 
 def test_token_texts_read_each_token_as_it_adds_to_a_response(warm_model_dir: Path) -> None:
