@@ -950,11 +950,6 @@ def _check_policies(config: ExperimentConfig) -> None:
         if policy.tiny_game is not None and policy.tiny_game != config.game.name:
             raise ConfigError(f"{key}.model={policy.model}: a tiny model of another game than game.name="
                               f"{config.game.name}")
-        if config.resources.gpus_per_agent > 0 or config.resources.gpus_learner > 0 \
-                or config.resources.gpus_comparator > 0:
-            raise ConfigError(f"{key} ({policy.name}): a co-trained policy runs on CPU actors only for now (its"
-                              " learner and agent are not in the GPU placement plan yet); set resources.gpus_* to 0,"
-                              " or train: false to play it as a fixed opponent")
         if config.algorithm.dph_divergence != "none":
             raise ConfigError(f"{key} ({policy.name}): algorithm.dph_divergence={config.algorithm.dph_divergence}"
                               " rehearses the first policy's initial data only; use none with a co-trained policy")

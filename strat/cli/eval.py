@@ -15,7 +15,7 @@ from strat.config import parse_override
 from strat.errors import ConfigError
 
 if TYPE_CHECKING:
-    from strat.eval.policies import Policy
+    from strat.eval.policies import Policy, ReasoningOverrides
 
 
 def _split(values: Sequence[str] | None) -> list[str]:
@@ -58,6 +58,15 @@ def cotrained_policy_dir(run: str | None, name: str) -> str:
     return str(root / name)
 
 
+def cotrained_policy_dirs(run: str) -> list[tuple[str, str]]:
+    """(name, folder) of each co-trained policy of `run` that has checkpoints, by name; none when `run` is not a
+    run directory (a checkpoint, a Hub name, a scripted player)."""
+    root = Path(run) / "policies"
+    if not root.is_dir() or not (Path(run) / "checkpoints").is_dir():
+        return []
+    return [(p.name, str(p)) for p in sorted(root.iterdir()) if (p / "checkpoints").is_dir()]
+
+
 def eval_command(
     policy: Annotated[
         str | None,
@@ -68,8 +77,9 @@ def eval_command(
     ] = None,
     policy_name: Annotated[
         str | None,
-        typer.Option(help="With --policy RUN of a run with co-trained policies: evaluate the one of this name"
-                     " (RUN/policies/NAME, its latest checkpoint) instead of the run's first policy."),
+        typer.Option(help="With --policy RUN of a run with co-trained policies: evaluate only the one of this name"
+                     " (RUN/policies/NAME, its latest checkpoint); without it every policy of the run is evaluated,"
+                     " the first, then each co-trained one (each report in its own folder)."),
     ] = None,
     game: Annotated[str | None, typer.Option(help="Game (default: the checkpoint's run's game).")] = None,
     opponents: Annotated[
@@ -82,7 +92,7 @@ def eval_command(
     out: Annotated[
         Path | None,
         typer.Option(help="Output directory (default: RUN/eval/step_N, or eval/GAME/NAME, where a Hub name "
-                     "org/name@rev is org--name--rev)."),
+                     "org/name@rev is org--name--rev; for a run with co-trained policies, OUT/policy and OUT/NAME)."),
     ] = None,
     samples_per_infoset: Annotated[
         int | None,
@@ -119,9 +129,7 @@ def eval_command(
     """Evaluate a policy against scripted opponents, or several policies head to head."""
     # Deferred: torch and the engines cost seconds to import, and `strat --help` registers this command.
     from strat.engines import default_backend
-    from strat.eval.evaluation import evaluate_policy, head_to_head
-    from strat.eval.policies import ReasoningOverrides, load_policy
-    from strat.eval.report import write_report
+    from strat.eval.policies import ReasoningOverrides
 
     backend = backend or default_backend()
     if backend not in ("hf", "vllm"):
@@ -137,30 +145,54 @@ def eval_command(
         raise ConfigError(f"--head-to-head needs at least two policies, got {contenders}")
     options = _game_options(game_option)
     overrides = ReasoningOverrides(depth=depth, max_new_tokens=max_new_tokens, temperature=temperature)
+    if contenders:
+        evaluations = [(contenders, out)]
+    else:
+        # A run with co-trained policies: each of its policies in turn (the first, then each by name).
+        assert policy is not None  # checked above
+        others = cotrained_policy_dirs(policy) if policy_name is None else []
+        evaluations = [([policy], out / "policy" if out is not None and others else out)]
+        evaluations += [([folder], out / name if out is not None else None) for name, folder in others]
+    targets = []
+    for specs, target in evaluations:
+        targets.append(_evaluate(specs, bool(contenders), target, game, options, backend, overrides,
+                                 _split(opponents), games_per_opponent, samples_per_infoset, bootstrap, seed,
+                                 transcripts))
+        typer.echo((targets[-1] / "eval.md").read_text(), nl=False)
+        typer.echo(f"\nwritten to {targets[-1]}")
+    return targets[0]
+
+
+def _evaluate(specs: list[str], head: bool, out: Path | None, game: str | None, options: dict[str, object],
+              backend: str, overrides: ReasoningOverrides, opponents: list[str], games_per_opponent: int,
+              samples_per_infoset: int | None, bootstrap: int, seed: int, transcripts: int) -> Path:
+    """One evaluation (`specs`: one policy against the scripted players, or several head to head); its folder."""
+    from strat.eval.evaluation import evaluate_policy, head_to_head
+    from strat.eval.policies import load_policy
+    from strat.eval.report import write_report
+
     loaded: list[Policy] = []
     try:
-        for spec in contenders or [policy]:
+        for spec in specs:
             chosen_game = game or (loaded[0].game if loaded else None)
             loaded.append(load_policy(spec, chosen_game, options, backend=backend, overrides=overrides))
         first = loaded[0]
         samples = first.samples_per_infoset if samples_per_infoset is None else samples_per_infoset
-        if contenders:
+        if head:
             report, shown = head_to_head(loaded, games_per_opponent, seed, bootstrap, transcripts, samples)
         else:
             allowed = opponent_names(first.game, **first.game_options)
-            chosen = _split(opponents) or allowed
+            chosen = opponents or allowed
             unknown = [name for name in chosen if name not in allowed]
             if unknown:
                 raise ConfigError(
                     f"--opponents: {', '.join(unknown)} not available for {first.game} (allowed: {', '.join(allowed)})"
                 )
             report, shown = evaluate_policy(first, chosen, games_per_opponent, seed, samples, bootstrap, transcripts)
-        target = out or _default_out(first, first.game, bool(contenders))
-        run_dir = Path(first.info.run_dir) if not contenders and first.info.run_dir is not None else None
+        target = out or _default_out(first, first.game, head)
+        run_dir = Path(first.info.run_dir) if not head and first.info.run_dir is not None else None
         write_report(report, target, shown, run_dir)
     finally:
         for item in loaded:
             item.close()
-    typer.echo((target / "eval.md").read_text(), nl=False)
-    typer.echo(f"\nwritten to {target}")
     return target

@@ -86,7 +86,8 @@ class ActorMemory:
     """The estimate for one kind of actor, per GPU it holds, and the budget it must fit in."""
 
     role: str
-    """`learner`, `agent` or `snapshot`, as in the placement plan."""
+    """`learner`, `agent` or `snapshot` as in the placement plan, `policy:<name>` (a fixed policy's engine),
+    `cotrained:<name>` and `cotrained_learner:<name>` (a co-trained policy's engine and learner)."""
     count: int
     """How many actors (learner ranks, agents) this row stands for."""
     on_gpu: bool
@@ -288,11 +289,13 @@ def activation_parts(shape: ModelShape, batch: Batch, compute_bytes: int, checkp
 # --- per actor -------------------------------------------------------------------------------
 
 
-def learner_memory(shape: ModelShape, config: ExperimentConfig) -> ActorMemory:
+def learner_memory(shape: ModelShape, config: ExperimentConfig, role: str = "learner",
+                   ranks: int | None = None) -> ActorMemory:
     """One learner rank: what trains, its gradients and AdamW state (sharded over FSDP2 ranks), the compute
-    copies, the KL reference and one micro-batch."""
+    copies, the KL reference and one micro-batch. `ranks` defaults to the run's learner ranks (a co-trained policy's
+    learner is one rank)."""
     learner, res = config.learner, config.resources
-    ranks = res.learner_world_size
+    ranks = res.learner_world_size if ranks is None else ranks
     params = parameter_shapes(shape)
     compute = DTYPE_BYTES[learner.dtype]
     lora = learner.lora
@@ -335,7 +338,7 @@ def learner_memory(shape: ModelShape, config: ExperimentConfig) -> ActorMemory:
             "algorithm.micro_batch", "engine.max_model_len"]
     if reference:
         keys.append("algorithm.kl_type")
-    return ActorMemory("learner", ranks, on_gpu, tuple(parts), tuple(keys), 1.0,
+    return ActorMemory(role, ranks, on_gpu, tuple(parts), tuple(keys), 1.0,
                        notes=(f"a micro-batch of {batch.rows} sequences of at most {batch.tokens} tokens (engine.max_model_len)",))
 
 
@@ -364,15 +367,31 @@ def engine_memory(shape: ModelShape, config: ExperimentConfig, role: str, count:
 
 
 def plan_memory(config: ExperimentConfig, shape: ModelShape, gpu_memory: int | None = None,
-                fixed: Sequence[tuple[str, ModelShape]] = ()) -> MemoryPlan:
-    """The estimate of every engine and learner of the run (the snapshot opponent's engine when it plays, and each
-    fixed policy's, of its own shape)."""
+                fixed: Sequence[tuple[str, ModelShape]] = (),
+                cotrained: Sequence[tuple[str, ModelShape]] = ()) -> MemoryPlan:
+    """The estimate of every engine and learner of the run (the snapshot opponent's engine when it plays, each
+    fixed policy's engine, and each co-trained policy's engine and one-rank learner, of their own shapes)."""
     actors = [engine_memory(shape, config, "agent", config.resources.agents)]
     if past_policy_agent(config):  # the snapshot opponent's engine, or the league's
         actors.append(engine_memory(shape, config, "snapshot", 1))
     actors += [engine_memory(fixed_shape, config, f"policy:{name}", 1) for name, fixed_shape in fixed]
+    actors += [engine_memory(own, config, f"cotrained:{name}", 1) for name, own in cotrained]
     actors.append(learner_memory(shape, config))
+    actors += [learner_memory(own, config, f"cotrained_learner:{name}", 1) for name, own in cotrained]
     return MemoryPlan(tuple(actors), gpu_memory)
+
+
+def cotrained_policy_shapes(config: ExperimentConfig) -> list[tuple[str, ModelShape]]:
+    """The shape of each co-trained policy's model (its own `tiny` sizes for `tiny:<game>`); PlacementError when its
+    files are not here."""
+    shapes = []
+    for index, policy in enumerate(config.policies):
+        if policy.train:
+            try:
+                shapes.append((policy.name, resolve_shape(policy.model, policy.tiny)))
+            except PlacementError as err:
+                raise PlacementError(f"policies.{index} ({policy.name}): {err}") from None
+    return shapes
 
 
 def fixed_policy_shapes(config: ExperimentConfig) -> list[tuple[str, ModelShape]]:
@@ -406,9 +425,10 @@ def memory_plan_for(config: ExperimentConfig, model_path: str, gpu_memory: int |
     try:
         shape = resolve_shape(model_path, config.model.tiny)
         fixed = fixed_policy_shapes(config)
+        cotrained = cotrained_policy_shapes(config)
     except PlacementError as err:
         return MemoryPlan((), gpu_memory, unknown=str(err))
-    return plan_memory(config, shape, gpu_memory, fixed)
+    return plan_memory(config, shape, gpu_memory, fixed, cotrained)
 
 
 def check_fits(result: MemoryPlan) -> None:

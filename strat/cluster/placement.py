@@ -222,7 +222,7 @@ def _role_bundles(config: ExperimentConfig) -> list[tuple[Role, int, str, Bundle
         rows.append(("snapshot", 0, "agents", agent))
     # Each fixed LLM opponent's engine takes an agent's bundle (its model may be smaller; the bundle is the same).
     rows += [("fixed", i, "agents", agent) for i, _ in enumerate(fixed_policy_names(config))]
-    # A co-trained policy's engine takes an agent's bundle too, and its learner (one rank) a learner rank's.
+    # A co-trained policy's engine takes an agent's bundle too.
     rows += [("cotrained", i, "agents", agent) for i, _ in enumerate(cotrained_policy_names(config))]
     rows += [("rollout_worker", i, "rollout_workers", Bundle(res.cpus_per_worker, 0.0))
              for i in range(res.rollout_workers)]
@@ -230,7 +230,8 @@ def _role_bundles(config: ExperimentConfig) -> list[tuple[Role, int, str, Bundle
     # One bundle per learner rank (one GPU each on a multi-GPU learner); FSDP2 ranks may span nodes.
     rows += [("learner", i, "learner", Bundle(res.cpus_learner, res.gpus_per_learner_rank))
              for i in range(res.learner_world_size)]
-    rows += [("cotrained_learner", i, "learner", Bundle(res.cpus_learner, 0.0))
+    # A co-trained policy's learner is one rank: one GPU on a multi-GPU learner, else the learner's own share.
+    rows += [("cotrained_learner", i, "learner", Bundle(res.cpus_learner, res.gpus_per_learner_rank))
              for i, _ in enumerate(cotrained_policy_names(config))]
     return rows
 
@@ -243,7 +244,7 @@ _NEED_KEY = {
     "snapshot": "resources.gpus_per_agent x engine.tensor_parallel_size",
     "fixed": "resources.gpus_per_agent x engine.tensor_parallel_size",
     "cotrained": "resources.gpus_per_agent x engine.tensor_parallel_size",
-    "cotrained_learner": "resources.cpus_learner",
+    "cotrained_learner": "resources.gpus_learner",
     "rollout_worker": "resources.cpus_per_worker",
     "comparator": "resources.gpus_comparator",
     "learner": "resources.gpus_learner",

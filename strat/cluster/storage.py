@@ -97,9 +97,16 @@ def probes(config: ExperimentConfig, run_dir: str | Path, model_path: str | Path
            fixed_models: Sequence[tuple[str, str]] = ()) -> list[Probe]:
     """What each node must see: the nonce in the run directory, in the sync directory when weights are synced
     through it (else in the league's folder of it, when a league is configured), the model's `config.json` and each
-    fixed policy's ((name, model directory) in `fixed_models`). Paths are given as the actors get them."""
-    from strat.config import league_opponent
-    from strat.sync.weights import league_path, resolve_weight_sync, sync_root  # imports Ray (not the pure part)
+    fixed policy's ((name, model directory) in `fixed_models`, co-trained ones' too), and under a collective sync the
+    sync root's folders that are read from disk all the same (the league's, the co-trained policies'). Paths are given
+    as the actors get them."""
+    from strat.config import cotrained_policy_names, league_opponent
+    from strat.sync.weights import (  # imports Ray (not the pure part)
+        league_path,
+        policy_sync_dir,
+        resolve_weight_sync,
+        sync_root,
+    )
 
     shared = "on storage every node mounts at the same path (an absolute path: a relative one is relative to each" \
              " process's working directory)"
@@ -111,12 +118,19 @@ def probes(config: ExperimentConfig, run_dir: str | Path, model_path: str | Path
             found.append(Probe("weight sync directory (engine.sync_dir)", root, nonce_file(nonce), nonce,
                                f"put engine.sync_dir (default <run directory>/sync) {shared}, or use "
                                "engine.weight_sync=collective (no disk)"))
-    elif league_opponent(config) is not None:
-        # Whatever the sync, the league's engine loads each member from the sync root's league folder.
-        found.append(Probe("league members' directory (<engine.sync_dir>/league)",
-                           str(league_path(config, run_dir, 0).parent), nonce_file(nonce), nonce,
-                           f"put engine.sync_dir (default <run directory>/sync) {shared}: the league's engine loads"
-                           " each member's weights from there"))
+    else:
+        if league_opponent(config) is not None:
+            # Whatever the sync, the league's engine loads each member from the sync root's league folder.
+            found.append(Probe("league members' directory (<engine.sync_dir>/league)",
+                               str(league_path(config, run_dir, 0).parent), nonce_file(nonce), nonce,
+                               f"put engine.sync_dir (default <run directory>/sync) {shared}: the league's engine"
+                               " loads each member's weights from there"))
+        if cotrained_policy_names(config):
+            # Whatever the first policy's sync, a co-trained policy's weights reach its agent through this folder.
+            found.append(Probe("co-trained policies' directory (<engine.sync_dir>/policies)",
+                               str(policy_sync_dir(config, run_dir)), nonce_file(nonce), nonce,
+                               f"put engine.sync_dir (default <run directory>/sync) {shared}: each co-trained"
+                               " policy's agent loads its learner's weights from there"))
     found.append(Probe("model (model.path)", str(model_path), "config.json", None, _model_fix(config)))
     found += [Probe(f"fixed policy {name} (policies)", str(path), "config.json", None,
                     f"put its checkpoint {shared} (a Hub name: HF_HOME on shared storage)")

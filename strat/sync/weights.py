@@ -46,6 +46,8 @@ POLICY = "policy"
 """The weight group (collective sync) that carries the policy's weights to its agents."""
 SNAPSHOT = "snapshot"
 """The weight group that carries the snapshot opponent's weights to its agent."""
+POLICIES_DIR = "policies"
+"""Under the run directory (checkpoints) and the sync root (weights): one folder per co-trained policy."""
 
 SyncMode = Literal["object_store", "directory", "collective"]
 """A weight-sync path with `auto` resolved (`WeightSync` carries it out)."""
@@ -76,6 +78,13 @@ def sync_root(config: ExperimentConfig, run_dir: str | Path) -> Path:
     (actors may run with another working directory)."""
     root = Path(config.engine.sync_dir).expanduser() if config.engine.sync_dir else Path(run_dir) / "sync"
     return root.absolute()
+
+
+def policy_sync_dir(config: ExperimentConfig, run_dir: str | Path, name: str = "") -> Path:
+    """Where a co-trained policy's learner writes its weights for its agent, whatever the first policy's sync
+    (`<sync root>/policies/<name>`); the folder of them all with `name` empty."""
+    root = sync_root(config, run_dir) / POLICIES_DIR
+    return root / name if name else root
 
 
 def sync_path(config: ExperimentConfig, run_dir: str | Path, version: int) -> Path:

@@ -25,7 +25,7 @@ from strat.errors import RunAborted
 from strat.model import checkpoint
 from strat.play.rollout import policy_seat
 from strat.play.settings import rollout_settings
-from strat.sync.weights import sync_root
+from strat.sync.weights import POLICIES_DIR, policy_sync_dir
 from strat.train.fixed_policies import FixedPolicy
 from strat.train.settings import advantage_config
 from strat.train.step_metrics import advantage_metrics, episode_metrics
@@ -34,9 +34,6 @@ if TYPE_CHECKING:
     from strat.train.fleet import Fleet  # imports Ray; only the trainer builds one
 
 log = logging.getLogger(__name__)
-
-POLICIES_DIR = "policies"
-"""Under the run directory (checkpoints) and the sync root (weights): one folder per co-trained policy."""
 
 
 def policy_model_config(config: ExperimentConfig, name: str) -> ExperimentConfig:
@@ -116,7 +113,7 @@ class CoTrainedPolicies:
         """Each co-trained policy's current weights to its agent (written to its sync folder, older versions
         removed)."""
         for name in self.names:
-            path = sync_root(self.config, self.run_dir) / POLICIES_DIR / name / f"step_{version}"
+            path = policy_sync_dir(self.config, self.run_dir, name) / f"step_{version}"
             written = self.fleet.policy_learner_get(
                 name, self.fleet.policy_learners[name].export_weights_dir(str(path), True))
             self.fleet.call_agents(f"sync of policy {name}",

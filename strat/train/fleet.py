@@ -19,7 +19,13 @@ from strat.algorithm.records import Episode
 from strat.cluster.placement import cluster_from_ray, needs_placement, reserve
 from strat.cluster.placement import plan as plan_placement
 from strat.cluster.storage import check_shared_storage
-from strat.config import ExperimentConfig, cotrained_policy_names, past_policy_agent, policy_agent_names
+from strat.config import (
+    ExperimentConfig,
+    cotrained_policy_names,
+    fixed_policy_names,
+    past_policy_agent,
+    policy_agent_names,
+)
 from strat.errors import ConfigError, PlacementError, RunAborted
 from strat.model import checkpoint
 from strat.play.rollout import GroupPlan
@@ -43,11 +49,13 @@ def required_resources(config: ExperimentConfig) -> dict[str, float]:
     """CPUs and GPUs the run's actors ask for together."""
     res = config.resources
     agents = res.agents + int(past_policy_agent(config)) + len(policy_agent_names(config))
-    learners = res.learner_world_size + len(cotrained_policy_names(config))
+    cotrained = len(cotrained_policy_names(config))
+    learners = res.learner_world_size + cotrained
     return {
         "CPU": agents * res.cpus_per_agent + res.rollout_workers * res.cpus_per_worker
         + learners * res.cpus_learner + res.cpus_comparator,
-        "GPU": agents * res.gpus_per_agent + res.gpus_learner + res.gpus_comparator,
+        "GPU": agents * res.gpus_per_agent * config.engine.tensor_parallel_size + res.gpus_learner
+        + cotrained * res.gpus_per_learner_rank + res.gpus_comparator,
     }
 
 
@@ -134,7 +142,7 @@ class Fleet:
         if past_policy_agent(config):  # the snapshot opponent's, or the league's
             self.snapshot = self._new_agent(role="snapshot")
         for index, policy in enumerate(self.fixed_policies):
-            self.fixed[policy.name] = self._new_agent(index=index, role="fixed", model_path=str(policy.model_dir))
+            self.fixed[policy.name] = self._new_policy_agent(index, str(policy.model_dir))
             kind = "co-trained" if policy.name in cotrained_policy_names(config) else "fixed"
             log.info("%s policy %s: %s", kind, policy.name, policy.source)
         self.workers = [self._new_worker(i) for i in range(res.rollout_workers)]
@@ -153,13 +161,17 @@ class Fleet:
         self.sync = WeightSync(config, self.run_dir, self.learner, lambda: self.agents, lambda: self.snapshot,
                                self.learner_get, self.call_agents)
         lrs = {policy.name: policy.lr for policy in config.policies}
+        cotrained = cotrained_policy_names(config)
         for policy in self.fixed_policies:
-            if policy.name in cotrained_policy_names(config):
+            if policy.name in cotrained:
                 settings = learner_settings(config)
                 if lrs[policy.name] is not None:
                     settings = dataclasses.replace(settings, lr=lrs[policy.name])
+                # One rank, in its own bundle of the learner group (a GPU of its own on a GPU run).
+                placed = self._placed("cotrained_learner", cotrained.index(policy.name))
                 self.policy_learners[policy.name] = LearnerGroup.start(
-                    str(policy.model_dir), settings, 1, lambda rank: env(res.cpus_learner, 0.0),
+                    str(policy.model_dir), settings, 1,
+                    lambda rank, placed=placed: {**env(res.cpus_learner, res.gpus_per_learner_rank), **placed},
                     res.actor_start_timeout_s)
         self._collect_handles()
         self._wait_ready(self._handles)
@@ -187,6 +199,15 @@ class Fleet:
         return cls.options(**options, **self._placed(role, index)).remote(
             self.config.engine.backend, model_path or self.model_path, self._engine_settings
         )
+
+    def _new_policy_agent(self, index: int, model_path: str) -> Any:
+        """The agent of `self.fixed_policies[index]`, in its placement bundle: a fixed policy's (`fixed[i]`, i among
+        the fixed ones) or a co-trained one's (`cotrained[i]`, i among the co-trained ones)."""
+        name = self.fixed_policies[index].name
+        cotrained = cotrained_policy_names(self.config)
+        if name in cotrained:
+            return self._new_agent(cotrained.index(name), "cotrained", model_path)
+        return self._new_agent(fixed_policy_names(self.config).index(name), "fixed", model_path)
 
     def _new_worker(self, index: int) -> Any:
         agent = self.agents[index % len(self.agents)]
@@ -349,7 +370,7 @@ class Fleet:
                 elif role == "fixed":
                     policy = self.fixed_policies[index]
                     weights = self.policy_weights.get(policy.name, str(policy.model_dir))
-                    self.fixed[policy.name] = self._new_agent(index, "fixed", weights)
+                    self.fixed[policy.name] = self._new_policy_agent(index, weights)
                 else:
                     self.workers[index] = self._new_worker(index)
             handles = [self._slot_handle(role, index) for role, index in slots]

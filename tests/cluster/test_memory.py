@@ -240,3 +240,22 @@ def test_a_fixed_policy_engine_has_its_own_shape(tmp_path: Path, tiny_model_dir:
     assert list(rows) == ["agent", "policy:rival", "learner"]
     weights = {role: actor.parts[0].bytes for role, actor in rows.items() if role != "learner"}
     assert weights["policy:rival"] > 2 * weights["agent"]
+
+
+def test_a_co_trained_policy_has_its_own_engine_and_learner_rows() -> None:
+    """A co-trained policy's engine and its one-rank learner are estimated on its own model's shape (the two-policy
+    config's `small`: hidden 64, against the first policy's 128), beside a two-rank first learner."""
+    from strat.cluster.memory import memory_plan_for, tiny_shape
+
+    config = load_config(REPO / "configs" / "kuhn_poker_two_policies_tiny.yaml",
+                         ["resources.gpus_per_agent=1", "resources.gpus_learner=2"])
+    result = memory_plan_for(config, config.model.path, None)
+    rows = {actor.role: actor for actor in result.actors}
+    assert list(rows) == ["agent", "cotrained:small", "learner", "cotrained_learner:small"]
+    assert rows["learner"].count == 2 and rows["cotrained_learner:small"].count == 1
+    small = parameter_count(tiny_shape(config.policies[0].tiny))
+    assert small < parameter_count(tiny_shape(config.model.tiny))
+    assert rows["cotrained:small"].parts[0].bytes == 4 * small  # float32 engine weights
+    # One rank: its weights, gradients and AdamW moments unsharded (4 + 4 + 8 bytes a parameter).
+    assert [p.bytes for p in rows["cotrained_learner:small"].parts[:3]] == [4 * small, 4 * small, 8 * small]
+    assert all(actor.on_gpu for actor in result.actors)

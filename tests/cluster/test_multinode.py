@@ -287,3 +287,41 @@ def test_a_lost_agent_node_without_spare_capacity_stops_the_run_naming_its_check
     assert (f"restarted actor(s) did not start within {timeout_s} s (resources.actor_start_timeout_s; the cluster "
             "has") in text, text[-3000:]
     assert f"the last complete checkpoint is step {last}: continue with strat train --resume {run.run_dir}" in text
+
+
+def test_two_policies_place_their_learners_on_two_gpu_nodes(cluster: Cluster, tmp_path: Path,
+                                                           tiny_model_dir: Path) -> None:
+    """A co-trained policy on the cluster: with four GPU nodes, each policy's engine and learner take a GPU node of
+    their own (two learners on two nodes), the storage check covers the co-trained policy's sync folder, and both
+    policies train every step."""
+    while len(cluster.gpu_nodes) < 4:
+        cluster.add_gpu_node()
+    steps = 2
+    try:
+        run = _train(cluster, tmp_path, tiny_model_dir, f"schedule.steps={steps}",
+                     f"policies=[{{name: small, model: {tiny_model_dir}}}]",
+                     "game.opponents=[{kind: policy, name: small}]")
+        try:
+            where: dict[str, set[str]] = {}
+
+            def all_alive() -> bool:
+                where.clear()
+                where.update(cluster.placement())
+                on_gpus = [classes for name, classes in where.items() if name != "head"]
+                return sorted(on_gpus, key=sorted) == [{"AgentActor"}, {"AgentActor"}, {"Learner"}, {"Learner"}]
+
+            _until(all_alive, "two agents and two learners, one per GPU node", process=run.process, log=run.log)
+            assert where["head"] == {"RolloutWorker", "Comparator"}
+            code = run.wait()
+        finally:
+            if run.process.poll() is None:
+                run.process.kill()
+        text = run.log.read_text()
+        assert code == 0, text[-3000:]
+        assert "the co-trained policies' directory (<engine.sync_dir>/policies)" in " ".join(text.split())
+        records = metrics.read(run.run_dir)
+        assert [r["step"] for r in records] == list(range(1, steps + 1))
+        assert all(r["small/learn/samples"] > 0 for r in records)
+    finally:
+        for name in list(cluster.gpu_nodes)[2:]:
+            cluster.kill(name)

@@ -10,7 +10,7 @@ from strat import cli
 from strat.cli.cluster import plan_command
 from strat.cluster.placement import parse_cluster, plan
 from strat.config import ExperimentConfig
-from strat.config_loading import from_dict
+from strat.config_loading import from_dict, load_config
 from strat.errors import PlacementError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,3 +140,22 @@ def test_each_fixed_policy_gets_an_agent_bundle(tmp_path: Path) -> None:
     assert [a.name for a in engines] == ["agent[0]", "agent[1]", "fixed[rival]"] and all(a.gpus == 1 for a in engines)
     with pytest.raises(PlacementError, match=r"need 4 GPUs \(agent 2, fixed 1, learner 1\) but the cluster has 3"):
         plan(ExperimentConfig.model_validate(tree), parse_cluster("nodes=1,gpus_per_node=3"))
+
+
+def test_each_co_trained_policy_gets_an_engine_and_a_learner_bundle() -> None:
+    """A co-trained policy on a GPU run: its engine takes an agent's bundle, its learner (one rank) a learner rank's,
+    each with its own GPU, counted in the GPUs needed; beside a two-GPU learner it is one rank on one GPU."""
+    two = REPO / "configs" / "kuhn_poker_two_policies_tiny.yaml"
+    gpus = ["resources.gpus_per_agent=1", "resources.gpus_learner=1"]
+    result = plan(load_config(two, gpus), parse_cluster("nodes=2,gpus_per_node=2"))
+    placed = {a.name: (a.group, a.gpus) for a in result.actors if a.gpus > 0}
+    assert placed == {"agent[0]": ("agents", 1.0), "cotrained[small]": ("agents", 1.0),
+                      "learner[0]": ("learner", 1.0), "cotrained_learner[small]": ("learner", 1.0)}
+    assert [gpus for gpus, _ in result.node_usage()] == [2.0, 2.0]
+    with pytest.raises(PlacementError, match=r"need 4 GPUs \(agent 1, cotrained 1, learner 1, cotrained_learner 1\) "
+                                             r"but the cluster has 3"):
+        plan(load_config(two, gpus), parse_cluster("nodes=1,gpus_per_node=3"))
+    wide = plan(load_config(two, ["resources.gpus_per_agent=1", "resources.gpus_learner=2"]),
+                parse_cluster("nodes=1,gpus_per_node=8"))
+    assert [(a.name, a.gpus) for a in wide.actors if a.group == "learner"] == [
+        ("learner[0]", 1.0), ("learner[1]", 1.0), ("cotrained_learner[small]", 1.0)]

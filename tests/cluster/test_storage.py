@@ -53,6 +53,22 @@ def test_a_league_s_members_directory_is_checked_whatever_the_sync(tmp_path: Pat
                                        "model (model.path)"]
 
 
+def test_a_co_trained_policy_s_sync_folder_is_checked_whatever_the_sync(tmp_path: Path) -> None:
+    """A co-trained policy's weights reach its agent through `<sync root>/policies` under any sync of the first
+    policy's: a collective sync checks that folder; a directory sync's check of the sync root covers it."""
+    tree = {"engine": {"weight_sync": "collective"}, "model": {"path": "tiny:kuhn_poker"},
+            "game": {"opponents": [{"kind": "policy", "name": "small"}]},
+            "policies": [{"name": "small", "model": "tiny:kuhn_poker"}]}
+    found = probes(ExperimentConfig.model_validate(tree), tmp_path / "run", tmp_path / "model", NONCE)
+    assert [(p.what, p.path, p.content) for p in found][1] == (
+        "co-trained policies' directory (<engine.sync_dir>/policies)", str(tmp_path / "run" / "sync" / "policies"),
+        NONCE)
+    tree["engine"] = {"weight_sync": "directory"}
+    found = probes(ExperimentConfig.model_validate(tree), tmp_path / "run", tmp_path / "model", NONCE)
+    assert [p.what for p in found] == ["run directory (run.output_dir)", "weight sync directory (engine.sync_dir)",
+                                       "model (model.path)"]
+
+
 def test_each_fixed_policy_model_is_read_on_every_node(tmp_path: Path) -> None:
     found = probes(config(weight_sync="collective"), "runs/x", tmp_path, NONCE, [("rival", str(tmp_path / "r"))])
     assert [(p.what, p.path, p.file, p.content) for p in found][-1] == (

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def ray_with_logical_gpus() -> Iterator[None]:
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(num_cpus=4, num_gpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
 
@@ -47,3 +47,32 @@ def test_gpu_actors_run_in_their_roles_placement_groups(
     assert [b.get("GPU", 0) for b in seen["strat-learner"]["bundles"].values()] == [1.0] * gpus_learner
     # The groups are released with the actors.
     assert not [g for g in ray.util.placement_group_table().values() if g["state"] == "CREATED"]
+
+
+def test_a_co_trained_policy_s_engine_and_learner_take_gpu_bundles_of_their_own(
+    ray_with_logical_gpus, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Two policies on GPUs: the agents group holds the first policy's engine and the co-trained one's, the learner
+    group the first learner and the co-trained learner, one GPU each, and an actor holds each bundle's GPU."""
+    config = load_config(ROOT / "configs" / "kuhn_poker_two_policies_tiny.yaml", [
+        f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "warm_start.enabled=false",
+        f"policies=[{{name: small, model: {tiny_model_dir}}}]", "engine.backend=hf",
+        "resources.gpus_per_agent=1", "resources.gpus_learner=1", "resources.cpus_per_agent=0.25",
+        "algorithm.groups_per_step=2", "algorithm.group_size=2", "reasoning.max_new_tokens=16", "schedule.steps=1",
+        "schedule.eval_every=0", "logging.samples_every=0", "logging.tensorboard=false", "schedule.max_staleness=0",
+    ])
+    seen: dict = {}
+    free: dict = {}
+
+    def on_step(record: dict) -> None:
+        seen.update({g["name"]: g for g in ray.util.placement_group_table().values() if g["state"] == "CREATED"})
+        free.update(ray.available_resources())
+
+    records = Trainer(config, config.run_dir).run(on_step)
+    assert [r["step"] for r in records] == [1] and records[0]["small/learn/samples"] > 0
+    for name in ("strat-agents", "strat-learner"):
+        group = seen[name]
+        assert [b.get("GPU", 0) for b in group["bundles"].values()] == [1.0, 1.0], name
+        # Ray's per-bundle resource: its GPU is taken by the actor placed there (a free one would still be listed).
+        taken = [free.get(f"GPU_group_{index}_{group['placement_group_id']}", 0.0) for index in group["bundles"]]
+        assert taken == [0.0, 0.0], (name, taken)

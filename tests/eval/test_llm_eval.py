@@ -57,3 +57,26 @@ def test_checkpoint_against_a_scripted_policy_head_to_head(tiny_run_dir: Path, t
 def test_wrong_game_for_a_checkpoint(tiny_run_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="trained on kuhn_poker"):
         eval_command(**_args(policy=str(tiny_run_dir), game="leduc_poker", out=tmp_path))
+
+
+def test_eval_of_a_run_with_a_co_trained_policy_evaluates_each_policy(tiny_run_dir: Path, tmp_path: Path) -> None:
+    """`strat eval --policy RUN` of a run with co-trained policies evaluates the first policy and each co-trained one
+    (RUN/policies/NAME), each report in its own folder (OUT/policy, OUT/NAME; by default each in its own run folder);
+    `--policy-name` evaluates the named one alone."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run_dir, run)
+    small = run / "policies" / "small"
+    shutil.copytree(run / "checkpoints", small / "checkpoints")
+    shutil.copy(run / "config.yaml", small / "config.yaml")
+    out = eval_command(**_args(policy=str(run), out=tmp_path / "out", samples_per_infoset=0))
+    assert out == tmp_path / "out" / "policy"
+    checkpoints = {name: json.loads((tmp_path / "out" / name / "eval.json").read_text())["policies"][0]["checkpoint"]
+                   for name in ("policy", "small")}
+    assert checkpoints == {"policy": str(run / "checkpoints" / "step_2"), "small": str(small / "checkpoints" / "step_2")}
+    eval_command(**_args(policy=str(run), samples_per_infoset=0))
+    assert (run / "eval" / "step_2" / "eval.json").is_file() and (small / "eval" / "step_2" / "eval.json").is_file()
+    alone = eval_command(**_args(policy=str(run), policy_name="small", out=tmp_path / "alone", samples_per_infoset=0))
+    assert alone == tmp_path / "alone" and (alone / "eval.json").is_file()
+    assert sorted(p.name for p in (tmp_path / "alone").iterdir() if p.is_dir()) == [], "one report, no subfolders"

@@ -42,8 +42,6 @@ def test_a_fixed_policy_is_configured_and_resolved(warm_model_dir: Path) -> None
 @pytest.mark.parametrize(("overrides", "message"), [
     (lambda d: _fixed(Path("tiny:kuhn_poker")), "a fixed policy plays a trained checkpoint, and a tiny model is"),
     (lambda d: _fixed(Path("tiny:leduc_poker"), train="true"), "a tiny model of another game than game.name=kuhn"),
-    (lambda d: [*_fixed(Path("tiny:kuhn_poker"), train="true"), "resources.gpus_learner=1"],
-     "a co-trained policy runs on CPU actors only for now"),
     (lambda d: [*_fixed(Path("tiny:kuhn_poker"), train="true"), "algorithm.dph_divergence=js"],
      "use none with a co-trained policy"),
     (lambda d: [f"policies=[{{name: rival, model: {d}, train: false, lr: 0.1}}]",
