@@ -181,7 +181,35 @@ def check_context(config: ExperimentConfig, fixed: Sequence[FixedPolicy] | None 
 
         fixed = resolve_fixed_policies(config)
     check_fixed_policies_fit(config, fixed)
+    check_cotrained_policies_fit(config, found)
     return found
+
+
+def check_cotrained_policies_fit(config: ExperimentConfig, first: LongestPrompt) -> None:
+    """Each co-trained policy's longest prompt, in its own model's tokenizer (a `tiny:<game>` model's is the game's,
+    built on first use) and the run's reasoning format, plus the run's token limit must fit `engine.max_model_len`;
+    ConfigError naming the policy otherwise. Its warm start, where enabled, is checked on that tokenizer too."""
+    from transformers import AutoTokenizer
+
+    from strat.config import cotrained_policy_names
+    from strat.train.cotrained import policy_model_config
+    from strat.train.settings import base_model_path
+
+    game, depth, limit = config.game.name, config.reasoning.depth, config.reasoning.max_new_tokens
+    for name in cotrained_policy_names(config):
+        own = policy_model_config(config, name)
+        tokenizer = AutoTokenizer.from_pretrained(base_model_path(own), trust_remote_code=own.model.trust_remote_code)
+        found = longest_prompt(game, dict(config.game.options), depth, token_counter(tokenizer))
+        need, room = found.tokens + limit, config.engine.max_model_len
+        if need > room:
+            raise ConfigError(
+                f"engine.max_model_len={room}: co-trained policy {name}'s longest {game} prompt (its tokenizer, the"
+                f" run's reasoning depth {depth}) has {found.tokens} tokens, plus reasoning.max_new_tokens={limit}"
+                f" needs {need}; raise engine.max_model_len to {need} (the first policy's needs"
+                f" {first.tokens + limit})"
+            )
+        if own.warm_start.enabled:
+            check_warm_start_fits(own, tokenizer)
 
 
 def check_fixed_policies_fit(config: ExperimentConfig, fixed: Sequence[FixedPolicy]) -> None:

@@ -78,11 +78,15 @@ LISTED_STATES = 10
 """Information states below the validity floor named in the evaluation's warning, lowest first."""
 
 
-def logprob_gap_warning(gap: float, step: int, staleness: int) -> str:
-    """The one line the run logs when the engine-learner gap first exceeds `LOGPROB_GAP_WARNING`."""
+GAP_KEY = "logprob/engine_learner_gap"
+
+
+def logprob_gap_warning(gap: float, step: int, staleness: int, key: str = GAP_KEY) -> str:
+    """The one line the run logs when a policy's engine-learner gap (`key`: the first policy's, or a co-trained one's
+    `<name>/logprob/engine_learner_gap`) first exceeds `LOGPROB_GAP_WARNING`."""
     drift = (f"; with max_staleness {staleness} it also holds the policy's drift over {staleness} update(s)"
              if staleness else "")
-    return (f"step {step}: logprob/engine_learner_gap {gap:.3g} > {LOGPROB_GAP_WARNING:g}: the engine's log-probs of"
+    return (f"step {step}: {key} {gap:.3g} > {LOGPROB_GAP_WARNING:g}: the engine's log-probs of"
             f" the sampled tokens differ from the learner's by {gap:.3g} nats per token on average{drift}. Expected in"
             " bf16 (other kernels, other rounding); the truncated weight proximal/behaviour (algorithm.is_cap) corrects"
             " each token for it. In float32 it points at a mismatch (temperature, top_p, weights not synced). Logged"
@@ -150,7 +154,8 @@ class Trainer:
         self._unsynced: int | None = None
         """With overlap, the step whose update has not reached the agents yet."""
         self._nonfinite_in_row = 0
-        self._gap_warned = False
+        self._gap_warned: set[str] = set()
+        """The gap figures (`GAP_KEY`, `<name>/` + it) warned about so far."""
         """Whether the engine-learner gap's warning was logged (once per run)."""
         self._checkpointed_step: int | None = None
         self.stop_signal: str | None = None
@@ -391,12 +396,13 @@ class Trainer:
         raise RunAborted(f"the comparator actor died at step {self.step + 1}; {self.fleet.resume_hint()}")
 
     def _check_logprob_gap(self, record: dict[str, Any]) -> None:
-        """One warning per run when the engine's and the learner's log-probs differ by more than numerics."""
-        gap = record.get("logprob/engine_learner_gap")
-        if self._gap_warned or gap is None or not gap > LOGPROB_GAP_WARNING:
-            return
-        self._gap_warned = True
-        log.warning(logprob_gap_warning(gap, record["step"], self.config.schedule.max_staleness))
+        """One warning per run and policy (the first, each co-trained one) when its engine's and its learner's
+        log-probs differ by more than numerics."""
+        for key, gap in record.items():
+            if not key.endswith(GAP_KEY) or key in self._gap_warned or gap is None or not gap > LOGPROB_GAP_WARNING:
+                continue
+            self._gap_warned.add(key)
+            log.warning(logprob_gap_warning(gap, record["step"], self.config.schedule.max_staleness, key))
 
     def _check_nonfinite(self, record: dict[str, Any]) -> None:
         """Count the steps in a row whose update (the first policy's or a co-trained one's, `<name>/learn/...`)

@@ -227,3 +227,26 @@ def test_a_fixed_policy_whose_prompts_do_not_fit_the_context_is_refused(tmp_path
     with pytest.raises(ConfigError, match=rf"max_model_len={own + limit}: fixed policy rival's longest kuhn_poker "
                                           rf"prompt \(its tokenizer, reasoning depth {depth}\) has {theirs} tokens"):
         check_context(short)
+
+
+def test_a_co_trained_policy_whose_prompts_do_not_fit_the_context_is_refused(tmp_path: Path,
+                                                                            warm_model_dir: Path) -> None:
+    """A co-trained policy's prompts are measured in its own model's tokenizer too (`strat check` and `strat train`
+    refuse the run before any model is trained), naming the policy."""
+    from transformers import AutoTokenizer
+
+    from strat.model import tiny as tiny_model
+    from strat.train.context_check import check_context, longest_prompt, token_counter
+
+    other = tiny_model.build("leduc_poker", tmp_path / "other", seed=2)
+    config = _load(*_fixed(other, train="true"), f"model.path={warm_model_dir}")
+    depth, limit = config.reasoning.depth, config.reasoning.max_new_tokens
+    own, theirs = (longest_prompt("kuhn_poker", {}, depth, token_counter(AutoTokenizer.from_pretrained(d))).tokens
+                   for d in (warm_model_dir, other))
+    assert theirs > own
+    fits = config.model_copy(update={"engine": config.engine.model_copy(update={"max_model_len": theirs + limit})})
+    check_context(fits)
+    short = fits.model_copy(update={"engine": fits.engine.model_copy(update={"max_model_len": own + limit})})
+    with pytest.raises(ConfigError, match=rf"max_model_len={own + limit}: co-trained policy rival's longest kuhn_poker "
+                                          rf"prompt \(its tokenizer, the run's reasoning depth {depth}\) has {theirs}"):
+        check_context(short)
