@@ -20,18 +20,24 @@ CONFIGS = sorted((REPO / "configs" / "cluster").glob("*.yaml"))
 def test_check_accepts_a_cluster_config_offline_from_the_cache(
         config: Path, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    name = yaml.safe_load(config.read_text())["model"]["path"]
-    assert name.count("/") == 1 and not name.startswith("/"), f"{config.name}: model.path is not a Hub name"
+    tree = yaml.safe_load(config.read_text())
+    name = tree["model"]["path"]
+    others = [policy["model"] for policy in tree.get("policies", [])]  # co-trained or fixed policies' models
+    for hub_name in (name, *others):
+        assert hub_name.count("/") == 1 and not hub_name.startswith("/"), f"{config.name}: {hub_name} is no Hub name"
     home = tmp_path / "hf_home"
-    commit = hashlib.sha1(name.encode()).hexdigest()
-    add_revision(home / "hub", name, tiny_model_dir, commit)  # the tiny model's files under the real name
-    set_ref(home / "hub", name, "main", commit)
+    commits = {hub_name: hashlib.sha1(hub_name.encode()).hexdigest() for hub_name in (name, *others)}
+    for hub_name, commit in commits.items():
+        add_revision(home / "hub", hub_name, tiny_model_dir, commit)  # the tiny model's files under the real name
+        set_ref(home / "hub", hub_name, "main", commit)
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
 
     assert cli.main(["check", str(config)]) == 0
-    assert yaml.safe_load(capsys.readouterr().out)["model"]["path"] == f"{name}@{commit}"
+    resolved = yaml.safe_load(capsys.readouterr().out)
+    assert resolved["model"]["path"] == f"{name}@{commits[name]}"
+    assert [policy["model"] for policy in resolved.get("policies", [])] == [f"{m}@{commits[m]}" for m in others]
     # Without it in the cache, offline, the same check is refused in one line that says how to get it.
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty"))
     assert cli.main(["check", str(config)]) == 2
