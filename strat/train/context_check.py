@@ -195,19 +195,12 @@ def check_cotrained_policies_fit(config: ExperimentConfig, first: LongestPrompt)
     from strat.train.cotrained import policy_model_config
     from strat.train.settings import base_model_path
 
-    game, depth, limit = config.game.name, config.reasoning.depth, config.reasoning.max_new_tokens
+    depth, limit = config.reasoning.depth, config.reasoning.max_new_tokens
     for name in cotrained_policy_names(config):
         own = policy_model_config(config, name)
         tokenizer = AutoTokenizer.from_pretrained(base_model_path(own), trust_remote_code=own.model.trust_remote_code)
-        found = longest_prompt(game, dict(config.game.options), depth, token_counter(tokenizer))
-        need, room = found.tokens + limit, config.engine.max_model_len
-        if need > room:
-            raise ConfigError(
-                f"engine.max_model_len={room}: co-trained policy {name}'s longest {game} prompt (its tokenizer, the"
-                f" run's reasoning depth {depth}) has {found.tokens} tokens, plus reasoning.max_new_tokens={limit}"
-                f" needs {need}; raise engine.max_model_len to {need} (the first policy's needs"
-                f" {first.tokens + limit})"
-            )
+        _check_policy_fits(config, f"co-trained policy {name}", tokenizer, depth, limit,
+                           f" (the first policy's needs {first.tokens + limit})")
         if own.warm_start.enabled:
             check_warm_start_fits(own, tokenizer)
 
@@ -219,15 +212,22 @@ def check_fixed_policies_fit(config: ExperimentConfig, fixed: Sequence[FixedPoli
 
     for policy in fixed:
         tokenizer = AutoTokenizer.from_pretrained(policy.model_dir)
-        depth, limit = policy.settings.depth, policy.settings.max_tokens
-        found = longest_prompt(config.game.name, dict(config.game.options), depth, token_counter(tokenizer))
-        need, room = found.tokens + limit, config.engine.max_model_len
-        if need > room:
-            raise ConfigError(
-                f"engine.max_model_len={room}: fixed policy {policy.name}'s longest {config.game.name} prompt (its"
-                f" tokenizer, reasoning depth {depth}) has {found.tokens} tokens, plus its {limit} new tokens needs"
-                f" {need}; raise engine.max_model_len to {need}"
-            )
+        _check_policy_fits(config, f"fixed policy {policy.name}", tokenizer, policy.settings.depth,
+                           policy.settings.max_tokens)
+
+
+def _check_policy_fits(config: ExperimentConfig, who: str, tokenizer: ChatTokenizer, depth: int, limit: int,
+                       more: str = "") -> None:
+    """`who`'s longest prompt of the game in `tokenizer` at `depth`, plus `limit` new tokens, must fit
+    `engine.max_model_len`; ConfigError naming `who` otherwise."""
+    found = longest_prompt(config.game.name, dict(config.game.options), depth, token_counter(tokenizer))
+    need, room = found.tokens + limit, config.engine.max_model_len
+    if need > room:
+        raise ConfigError(
+            f"engine.max_model_len={room}: {who}'s longest {config.game.name} prompt (its tokenizer, reasoning depth"
+            f" {depth}) has {found.tokens} tokens, plus its {limit} new tokens needs {need}; raise"
+            f" engine.max_model_len to {need}{more}"
+        )
 
 
 def check_warm_start_fits(config: ExperimentConfig, tokenizer: ChatTokenizer) -> None:

@@ -248,5 +248,5 @@ def test_a_co_trained_policy_whose_prompts_do_not_fit_the_context_is_refused(tmp
     check_context(fits)
     short = fits.model_copy(update={"engine": fits.engine.model_copy(update={"max_model_len": own + limit})})
     with pytest.raises(ConfigError, match=rf"max_model_len={own + limit}: co-trained policy rival's longest kuhn_poker "
-                                          rf"prompt \(its tokenizer, the run's reasoning depth {depth}\) has {theirs}"):
+                                          rf"prompt \(its tokenizer, reasoning depth {depth}\) has {theirs} tokens"):
         check_context(short)
