@@ -34,9 +34,9 @@ def check(
     overrides: OverridesArg = None,
     cluster: Annotated[str | None, typer.Option(help=f"Also plan on this cluster: {CLUSTER_HELP}")] = None,
 ) -> None:
-    """Validate a config, check that the game's longest prompt fits the context and that each fixed policy's
-    checkpoint is there, and print the resolved result (every default filled in); the context figures, the fixed
-    policies and, for a run on GPUs, the memory estimate go to stderr."""
+    """Validate a config, check that the game's longest prompt fits the context (in each policy's own tokenizer) and
+    that each fixed policy's checkpoint is there, and print the resolved result (every default filled in); the
+    context figures, the other policies and, for a run on GPUs, the memory estimate go to stderr."""
     # Deferred for start-up cost (transformers; see the module docstring).
     from strat.train.context_check import check_context, context_summary
     from strat.train.fixed_policies import resolve_fixed_policies
@@ -53,6 +53,10 @@ def check(
     typer.echo(context_summary(found, resolved), err=True)
     for policy in fixed:
         typer.echo(f"fixed policy {policy.name}: {policy.source}", err=True)
+    for policy in resolved.policies:
+        if policy.train:
+            typer.echo(f"co-trained policy {policy.name}: from {policy.model}, through the run's stages (rules"
+                       " pretraining, warm start) where enabled, with a learner of its own", err=True)
     if memory is not None:
         typer.echo(memory, err=True)
 

@@ -215,3 +215,12 @@ def test_a_co_trained_policy_s_non_finite_updates_count_toward_stopping_the_run(
     trainer._check_nonfinite({"step": 3, "learn/skipped_minibatches": 2.0, "small/learn/skipped_minibatches": 0.0})
     with pytest.raises(RunAborted, match=r"2 updates in a row had a non-finite loss or gradient \(up to step 4"):
         trainer._check_nonfinite({"step": 4, "learn/skipped_minibatches": 0.0, "small/learn/skipped_minibatches": 2.0})
+
+
+def test_check_names_each_co_trained_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    """`strat check` of the two-policy config: its prompts fit in both tokenizers, and stderr names the co-trained
+    policy and what it starts from."""
+    from strat.cli.train import check
+
+    check(TWO, None)
+    assert "co-trained policy small: from tiny:kuhn_poker, through the run's stages" in capsys.readouterr().err
