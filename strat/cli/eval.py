@@ -45,26 +45,23 @@ def _default_out(policy: Policy, game: str, head: bool) -> Path:
     return Path("eval") / game / ("head_to_head" if head else re.sub(r"[^\w.-]+", "--", policy.name))
 
 
+def cotrained_policy_dirs(run: str) -> list[tuple[str, str]]:
+    """(name, folder) of each co-trained policy of the run at `run` that has checkpoints (RUN/policies/NAME), by
+    name; none for anything else (a checkpoint, a Hub name, a scripted player)."""
+    root = Path(run) / "policies"
+    return [(p.name, str(p)) for p in sorted(root.iterdir()) if (p / "checkpoints").is_dir()] if root.is_dir() else []
+
+
 def cotrained_policy_dir(run: str | None, name: str) -> str:
     """`--policy RUN --policy-name NAME`: the co-trained policy's own folder in the run (a run directory of its own:
     config.yaml and checkpoints/); a missing one is refused naming the run's co-trained policies."""
     if run is None:
         raise ConfigError(f"--policy-name={name}: give the run with --policy RUN")
-    root = Path(run) / "policies"
-    found = sorted(p.name for p in root.iterdir() if (p / "checkpoints").is_dir()) if root.is_dir() else []
+    found = dict(cotrained_policy_dirs(run))
     if name not in found:
         raise ConfigError(f"--policy-name={name}: {run} has no co-trained policy of that name"
                           f" ({', '.join(found) if found else 'it has none'})")
-    return str(root / name)
-
-
-def cotrained_policy_dirs(run: str) -> list[tuple[str, str]]:
-    """(name, folder) of each co-trained policy of `run` that has checkpoints, by name; none when `run` is not a
-    run directory (a checkpoint, a Hub name, a scripted player)."""
-    root = Path(run) / "policies"
-    if not root.is_dir() or not (Path(run) / "checkpoints").is_dir():
-        return []
-    return [(p.name, str(p)) for p in sorted(root.iterdir()) if (p / "checkpoints").is_dir()]
+    return found[name]
 
 
 def eval_command(

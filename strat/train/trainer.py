@@ -79,6 +79,7 @@ LISTED_STATES = 10
 
 
 GAP_KEY = "logprob/engine_learner_gap"
+"""The engine-learner gap's figure; a co-trained policy's is `<name>/` + it."""
 
 
 def logprob_gap_warning(gap: float, step: int, staleness: int, key: str = GAP_KEY) -> str:
@@ -155,8 +156,7 @@ class Trainer:
         """With overlap, the step whose update has not reached the agents yet."""
         self._nonfinite_in_row = 0
         self._gap_warned: set[str] = set()
-        """The gap figures (`GAP_KEY`, `<name>/` + it) warned about so far."""
-        """Whether the engine-learner gap's warning was logged (once per run)."""
+        """The gap figures (`GAP_KEY`, `<name>/` + it) warned about so far (each once per run)."""
         self._checkpointed_step: int | None = None
         self.stop_signal: str | None = None
         """The signal that asked the run to stop early (SIGTERM), if any."""

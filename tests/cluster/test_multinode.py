@@ -161,6 +161,11 @@ class Run:
             self.process.kill()
             raise AssertionError(f"strat train did not end:\n{self.log.read_text()[-3000:]}") from None
 
+    def kill_if_running(self) -> None:
+        """Kill `strat train` if a failed check left it running."""
+        if self.process.poll() is None:
+            self.process.kill()
+
 
 def _train(cluster: Cluster, tmp_path: Path, model_dir: Path, *extra: str) -> Run:
     """`strat train --address HEAD` of the small reliability config on the multi-node layout (two GPU nodes, one for
@@ -206,8 +211,7 @@ def _lose_node_and_stop(cluster: Cluster, run: Run, role: str, steps: int,
         cluster.kill(nodes[role])
         code = run.wait()
     finally:
-        if run.process.poll() is None:
-            run.process.kill()
+        run.kill_if_running()
     text = run.log.read_text()
     last = checkpoint.latest(run.run_dir).step
     assert code == 1, text[-3000:]
@@ -247,8 +251,7 @@ def test_actors_span_nodes_and_a_lost_agent_node_is_replaced(cluster: Cluster, t
         _until(agent_on_spare, "the agent restarted on the spare node", process=run.process, log=run.log, seen=seen)
         code = run.wait()
     finally:
-        if run.process.poll() is None:
-            run.process.kill()
+        run.kill_if_running()
     text = run.log.read_text()
     assert code == 0, text[-3000:]
     # The nodes share this machine's disk: the storage check at the start passes and says what it checked.
@@ -305,17 +308,19 @@ def test_two_policies_place_their_learners_on_two_gpu_nodes(cluster: Cluster, tm
             where: dict[str, set[str]] = {}
 
             def all_alive() -> bool:
+                """Every class alive on the head, and an actor on each of the four GPU nodes."""
                 where.clear()
                 where.update(cluster.placement())
                 on_gpus = [classes for name, classes in where.items() if name != "head"]
-                return sorted(on_gpus, key=sorted) == [{"AgentActor"}, {"AgentActor"}, {"Learner"}, {"Learner"}]
+                return len(where.get("head", set())) >= 2 and len(on_gpus) == 4 and all(on_gpus)
 
-            _until(all_alive, "two agents and two learners, one per GPU node", process=run.process, log=run.log)
+            _until(all_alive, "the actors alive on the head and the four GPU nodes", process=run.process, log=run.log)
             assert where["head"] == {"RolloutWorker", "Comparator"}
+            on_gpus = [classes for name, classes in where.items() if name != "head"]
+            assert sorted(on_gpus, key=sorted) == [{"AgentActor"}, {"AgentActor"}, {"Learner"}, {"Learner"}], where
             code = run.wait()
         finally:
-            if run.process.poll() is None:
-                run.process.kill()
+            run.kill_if_running()
         text = run.log.read_text()
         assert code == 0, text[-3000:]
         assert "the co-trained policies' directory (<engine.sync_dir>/policies)" in " ".join(text.split())
