@@ -323,6 +323,30 @@ RESERVED_POLICY_NAMES = ("policy", "snapshot", "league", "self")
 """Names a `policies` entry may not take: the trained policy's, the snapshot's and the league's seats are named so."""
 
 
+class PolicyAlgorithmConfig(_Section):
+    """The algorithm keys a co-trained policy may set apart from the first policy's (`algorithm`); an unset (null) key
+    takes the first policy's value. The groups, the rollout and the comparison stay shared."""
+
+    advantage_mode: str | None = None
+    """Its advantage estimator (`outcome`, `process`, `hybrid` or a registered one)."""
+    lam: float | None = Field(None, ge=0.0)
+    """Its process weight in hybrid mode."""
+    credit: Literal["response", "segment"] | None = None
+    """Where its process advantage lands: on the whole response or on each scored section."""
+    process_baseline: Literal["group", "state"] | None = None
+    """What its process scores are normalised against."""
+    kl_type: Literal["none", "forward", "reverse"] | None = None
+    """Its KL penalty's estimator (`forward`: k3, follows KL(ref || pi); `reverse`: k2, follows KL(pi || ref))."""
+    kl_coef: float | None = Field(None, ge=0.0)
+    """Its KL penalty's weight."""
+    kl_reference: Literal["initial", "snapshot"] | None = None
+    """What its KL penalty anchors to: its own initial weights, or its own weights at each snapshot step."""
+    entropy_coef: float | None = Field(None, ge=0.0)
+    """Its entropy bonus."""
+    policy_loss: str | None = None
+    """Its policy loss, by registered name."""
+
+
 class PolicyConfig(_Section):
     """Another policy of the job besides the one trained (`model`, `learner`, `algorithm`), played by its own engine
     with its own tokenizer and chat template: a fixed LLM opponent (`train: false`), or a policy co-trained beside
@@ -344,6 +368,8 @@ class PolicyConfig(_Section):
     """Sizes of a co-trained `tiny:<game>` model (another size than `model.tiny` makes it a distinct model)."""
     lr: float | None = Field(None, gt=0.0)
     """A co-trained policy's learning rate; unset: `algorithm.lr`."""
+    algorithm: PolicyAlgorithmConfig = Field(default_factory=PolicyAlgorithmConfig)
+    """A co-trained policy's own advantage, credit, KL and loss settings (each unset key: the run's `algorithm`)."""
 
     @field_validator("name")
     @classmethod
@@ -373,6 +399,8 @@ class PolicyConfig(_Section):
                              " tiny model is random weights; co-train it (train: true) or name a checkpoint")
         if not self.train and self.lr is not None:
             raise ValueError(f"lr ({self.name}): only a co-trained policy (train: true) has a learning rate")
+        if not self.train and self.algorithm.model_dump(exclude_none=True):
+            raise ValueError(f"algorithm ({self.name}): only a co-trained policy (train: true) has algorithm settings")
         return self
 
     @property
@@ -953,6 +981,24 @@ def _check_policies(config: ExperimentConfig) -> None:
         if config.algorithm.dph_divergence != "none":
             raise ConfigError(f"{key} ({policy.name}): algorithm.dph_divergence={config.algorithm.dph_divergence}"
                               " rehearses the first policy's initial data only; use none with a co-trained policy")
+        policy_algorithm(config, policy.name)  # its settings merged onto the run's: refused in one line if invalid
+
+
+def policy_algorithm(config: ExperimentConfig, name: str) -> AlgorithmConfig:
+    """The algorithm settings of policy `name`: the run's `algorithm` with the policy's own keys (its
+    `algorithm` section, its `lr`) in their place."""
+    (policy,) = [p for p in config.policies if p.name == name]
+    own = policy.algorithm.model_dump(exclude_none=True)
+    if policy.lr is not None:
+        own["lr"] = policy.lr
+    if not own:
+        return config.algorithm
+    try:
+        return AlgorithmConfig.model_validate({**config.algorithm.model_dump(), **own})
+    except ValidationError as error:
+        reasons = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in error.errors())
+        index = config.policies.index(policy)
+        raise ConfigError(f"policies.{index}.algorithm ({name}), merged onto the run's algorithm: {reasons}") from None
 
 
 def _check_seats(config: ExperimentConfig, num_players: int) -> None:

@@ -55,8 +55,10 @@ def check(
         typer.echo(f"fixed policy {policy.name}: {policy.source}", err=True)
     for policy in resolved.policies:
         if policy.train:
+            own = {**policy.algorithm.model_dump(exclude_none=True), **({"lr": policy.lr} if policy.lr else {})}
+            settings = ", ".join(f"{key} {value}" for key, value in own.items()) or "the run's algorithm settings"
             typer.echo(f"co-trained policy {policy.name}: from {policy.model}, through the run's stages (rules"
-                       " pretraining, warm start) where enabled, with a learner of its own", err=True)
+                       f" pretraining, warm start) where enabled, with a learner of its own ({settings})", err=True)
     if memory is not None:
         typer.echo(memory, err=True)
 

@@ -192,12 +192,12 @@ def check_cotrained_policies_fit(config: ExperimentConfig, first: LongestPrompt)
     from transformers import AutoTokenizer
 
     from strat.config import cotrained_policy_names
-    from strat.train.cotrained import policy_model_config
+    from strat.train.cotrained import policy_config
     from strat.train.settings import base_model_path
 
     depth, limit = config.reasoning.depth, config.reasoning.max_new_tokens
     for name in cotrained_policy_names(config):
-        own = policy_model_config(config, name)
+        own = policy_config(config, name)
         tokenizer = AutoTokenizer.from_pretrained(base_model_path(own), trust_remote_code=own.model.trust_remote_code)
         _check_policy_fits(config, f"co-trained policy {name}", tokenizer, depth, limit,
                            f" (the first policy's needs {first.tokens + limit})")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from strat.algorithm.advantage import RoleBaseline, compute_advantages
 from strat.algorithm.records import Episode, ScoredEpisode
-from strat.config import ExperimentConfig, ModelConfig, cotrained_policy_names, save_resolved
+from strat.config import ExperimentConfig, ModelConfig, cotrained_policy_names, policy_algorithm, save_resolved
 from strat.errors import RunAborted
 from strat.model import checkpoint
 from strat.play.rollout import policy_seat
@@ -36,12 +36,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def policy_model_config(config: ExperimentConfig, name: str) -> ExperimentConfig:
-    """`config` with the co-trained policy `name`'s model in `model`: what its stages (rules pretraining, warm start)
-    build on."""
+def policy_config(config: ExperimentConfig, name: str) -> ExperimentConfig:
+    """`config` as the co-trained policy `name` trains under it: its model in `model` (what its stages, rules
+    pretraining and warm start, build on) and its own algorithm settings in `algorithm` (`policy_algorithm`)."""
     (policy,) = [p for p in config.policies if p.name == name]
     model = ModelConfig(path=policy.model, tiny=policy.tiny, trust_remote_code=config.model.trust_remote_code)
-    return config.model_copy(update={"model": model})
+    return config.model_copy(update={"model": model, "algorithm": policy_algorithm(config, name)})
 
 
 def resolve_cotrained_policies(config: ExperimentConfig,
@@ -51,7 +51,7 @@ def resolve_cotrained_policies(config: ExperimentConfig,
     settings = rollout_settings(config)
     out = []
     for name in cotrained_policy_names(config):
-        model_dir = initial_model(policy_model_config(config, name))
+        model_dir = initial_model(policy_config(config, name))
         model = next(p.model for p in config.policies if p.name == name)
         out.append(FixedPolicy(name, model_dir, settings, f"co-trained from {model} ({model_dir})"))
     return tuple(out)
@@ -62,7 +62,7 @@ def save_policy_configs(config: ExperimentConfig, run_dir: Path) -> None:
     that `strat eval --policy <run>/policies/<name>` (or `--policy <run> --policy-name <name>`) plays its latest
     checkpoint in the run's format."""
     for name in cotrained_policy_names(config):
-        save_resolved(policy_model_config(config, name), run_dir / POLICIES_DIR / name)
+        save_resolved(policy_config(config, name), run_dir / POLICIES_DIR / name)
 
 
 def seated_view(episode: Episode, name: str) -> Episode | None:
@@ -83,7 +83,9 @@ class CoTrainedPolicies:
     def __init__(self, config: ExperimentConfig, run_dir: Path, fleet: Fleet) -> None:
         self.config, self.run_dir, self.fleet = config, run_dir, fleet
         self.names = cotrained_policy_names(config)
-        self.baselines = {name: RoleBaseline(config.algorithm.ema_decay) for name in self.names}
+        self.configs = {name: policy_config(config, name) for name in self.names}
+        """Each policy's config as it trains (its own algorithm settings)."""
+        self.baselines = {name: RoleBaseline(self.configs[name].algorithm.ema_decay) for name in self.names}
 
     def __bool__(self) -> bool:
         return bool(self.names)
@@ -100,9 +102,9 @@ class CoTrainedPolicies:
                 record[f"{name}/learn/samples"] = 0.0
                 continue
             scored = score(views)
-            use_ema = self.config.algorithm.baseline == "ema"
-            samples, stats = compute_advantages(scored, advantage_config(self.config),
-                                                self.baselines[name] if use_ema else None)
+            own = self.configs[name]
+            baseline = self.baselines[name] if own.algorithm.baseline == "ema" else None
+            samples, stats = compute_advantages(scored, advantage_config(own), baseline)
             learn = self.fleet.policy_learner_get(name, self.fleet.policy_learners[name].update(samples))
             figures = {**episode_metrics(scored), **advantage_metrics(stats), **learn}
             figures.pop("gen/tokens", None)
@@ -122,9 +124,11 @@ class CoTrainedPolicies:
             self.fleet.policy_weights[name] = written
 
     def refresh_anchor(self) -> None:
-        """With `kl_reference: snapshot`: each co-trained policy's KL anchor moves to its current weights."""
+        """At a snapshot step: the KL anchor of each co-trained policy with `kl_reference: snapshot` (its own or the
+        run's) moves to its current weights."""
         for name in self.names:
-            self.fleet.policy_learner_get(name, self.fleet.policy_learners[name].refresh_anchor())
+            if self.configs[name].algorithm.kl_reference == "snapshot":
+                self.fleet.policy_learner_get(name, self.fleet.policy_learners[name].refresh_anchor())
 
     # --- checkpoints -----------------------------------------------------------------------
 

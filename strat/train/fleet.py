@@ -3,7 +3,6 @@ weights the others hold) and its lost work replayed, and a dead learner ends the
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from strat.sync.fingerprint import WeightsTag
 from strat.sync.weights import WeightSync
 from strat.train.agent_actor import AgentActor
 from strat.train.comparator_actor import CoTComparator
+from strat.train.cotrained import policy_config
 from strat.train.fixed_policies import FixedPolicy, resolve_fixed_policies
 from strat.train.learner_actor import LearnerGroup
 from strat.train.ray_node import actor_env_vars, actor_threads
@@ -160,13 +160,10 @@ class Fleet:
         )
         self.sync = WeightSync(config, self.run_dir, self.learner, lambda: self.agents, lambda: self.snapshot,
                                self.learner_get, self.call_agents)
-        lrs = {policy.name: policy.lr for policy in config.policies}
         cotrained = cotrained_policy_names(config)
         for policy in self.fixed_policies:
             if policy.name in cotrained:
-                settings = learner_settings(config)
-                if lrs[policy.name] is not None:
-                    settings = dataclasses.replace(settings, lr=lrs[policy.name])
+                settings = learner_settings(policy_config(config, policy.name))  # its own lr, loss and KL
                 # One rank, in its own bundle of the learner group (a GPU of its own on a GPU run).
                 placed = self._placed("cotrained_learner", cotrained.index(policy.name))
                 self.policy_learners[policy.name] = LearnerGroup.start(

@@ -617,7 +617,7 @@ class Trainer:
             self.fleet.sync.refresh_snapshot(step)  # the snapshot opponent, and with it the KL anchor
         elif self.config.algorithm.kl_reference == "snapshot":
             self.fleet.learner_get(self.fleet.learner.refresh_anchor())
-        if self.cotrained and self.config.algorithm.kl_reference == "snapshot":
+        if self.cotrained:
             self.cotrained.refresh_anchor()
 
     def _checkpoint(self, step: int, timer: PhaseTimer | None = None) -> None:

@@ -4,6 +4,7 @@ weights, checked by fingerprints), and a run stopped and resumed equals the run 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from strat.algorithm.records import Episode, Turn
 from strat.config import cotrained_policy_names, fixed_policy_names, policy_agent_names
 from strat.config_loading import load_config
 from strat.sync.fingerprint import fingerprint
-from strat.train.cotrained import policy_model_config, prefixed, seated_view
+from strat.train.cotrained import policy_config, prefixed, seated_view
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"
@@ -27,7 +28,7 @@ def test_the_two_policy_config_names_a_distinct_co_trained_model() -> None:
     assert small.train and small.model == "tiny:kuhn_poker" and small.tiny.hidden_size == 64
     assert config.model.tiny.hidden_size != small.tiny.hidden_size
     assert cotrained_policy_names(config) == policy_agent_names(config) == ["small"] and not fixed_policy_names(config)
-    own = policy_model_config(config, "small")
+    own = policy_config(config, "small")
     assert own.model.path == "tiny:kuhn_poker" and own.model.tiny == small.tiny
     assert own.warm_start == config.warm_start and own.game == config.game
 
@@ -35,6 +36,137 @@ def test_the_two_policy_config_names_a_distinct_co_trained_model() -> None:
 def test_a_co_trained_policy_may_set_its_own_learning_rate() -> None:
     config = load_config(TWO, ["policies=[{name: small, model: 'tiny:kuhn_poker', lr: 0.001}]"])
     assert config.policies[0].train and config.policies[0].lr == 0.001
+    assert policy_config(config, "small").algorithm.lr == 0.001 and config.algorithm.lr != 0.001
+
+
+ANCHORED = ("algorithm.kl_type=forward", "algorithm.kl_coef=0.2", "algorithm.kl_reference=snapshot")
+"""The default config's KL anchor (the two-policy config trains without one)."""
+
+
+def _with_algorithm(settings: str, *overrides: str):  # noqa: ANN202
+    return load_config(TWO, [f"policies=[{{name: small, model: 'tiny:kuhn_poker', algorithm: {settings}}}]",
+                             *ANCHORED, *overrides])
+
+
+def test_a_co_trained_policy_may_set_its_own_advantage_credit_and_kl() -> None:
+    """The keys it sets replace the run's in the config it trains under (its learner's loss and KL, its
+    advantages); the keys it leaves unset are the run's."""
+    from strat.train.settings import advantage_config, learner_settings
+
+    config = _with_algorithm("{advantage_mode: hybrid, lam: 0.25, credit: segment, kl_type: reverse}",
+                             "algorithm.advantage_mode=outcome")
+    own = policy_config(config, "small").algorithm
+    assert (own.advantage_mode, own.lam, own.credit, own.kl_type) == ("hybrid", 0.25, "segment", "reverse")
+    assert (own.kl_coef, own.kl_reference, own.lr) == (config.algorithm.kl_coef, "snapshot", config.algorithm.lr)
+    assert (config.algorithm.advantage_mode, config.algorithm.kl_type) == ("outcome", "forward")
+    settings = learner_settings(policy_config(config, "small"))
+    assert (settings.loss.kl_type, settings.loss.kl_coef) == ("reverse", config.algorithm.kl_coef)
+    assert learner_settings(config).loss.kl_type == "forward"
+    assert advantage_config(policy_config(config, "small")).credit == "segment"
+
+
+@pytest.mark.parametrize(("policy", "message"), [
+    ("{name: small, model: 'tiny:kuhn_poker', algorithm: {kl_type: none}}",
+     r"policies.0.algorithm \(small\), merged onto the run's algorithm: kl_coef > 0 needs kl_type forward or reverse"),
+    ("{name: small, model: 'tiny:kuhn_poker', algorithm: {advantage_mode: best}}",
+     r"unknown advantage estimator 'best'"),
+    ("{name: small, model: 'tiny:kuhn_poker', algorithm: {group_size: 4}}", r"group_size"),
+])
+def test_a_co_trained_policy_s_bad_algorithm_settings_are_refused_in_one_line(policy: str, message: str) -> None:
+    """Merged settings that contradict each other, an unknown estimator, and a shared key (the groups are the
+    run's) are refused naming the key."""
+    from strat.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_config(TWO, [f"policies=[{policy}]", *ANCHORED])
+    assert "\n" not in str(caught.value).strip()
+
+
+def test_a_fixed_policy_has_no_algorithm_settings(tmp_path: Path) -> None:
+    from strat.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"only a co-trained policy \(train: true\) has algorithm settings"):
+        load_config(TWO, [f"policies=[{{name: small, model: {tmp_path}, train: false, algorithm: {{lam: 1.0}}}}]"])
+
+
+class _Learner:
+    """A co-trained policy's learner handle: records what it is asked to do."""
+
+    def __init__(self) -> None:
+        self.updates: list[list] = []
+        self.refreshed = 0
+
+    def update(self, samples: list) -> dict:
+        self.updates.append(samples)
+        return {}
+
+    def refresh_anchor(self) -> dict:
+        self.refreshed += 1
+        return {}
+
+
+class _Fleet:
+    def __init__(self, names: list[str]) -> None:
+        self.policy_learners = {name: _Learner() for name in names}
+
+    def policy_learner_get(self, name: str, value: dict) -> dict:
+        return value
+
+
+def _group() -> list[Episode]:
+    """Two games of one group: the co-trained policy (player_1's seat) wins the first with a poorly scored response
+    and loses the second with a well scored one."""
+    from tests.algorithm.helpers import episode, turn
+
+    out = []
+    for index, (won, score) in enumerate(((2.0, 0.2), (-2.0, 0.6))):
+        game = episode(f"e{index}", "g", [turn("player_0", 0), turn("player_1", 1)],
+                       {"player_0": -won, "player_1": won})
+        out.append(dataclasses.replace(game, seats={"player_0": "policy", "player_1": "policy:small"}))
+    return out
+
+
+def _score(scores: dict[str, float]):  # noqa: ANN202
+    from strat.algorithm.records import ScoredEpisode, TurnScore
+
+    def score(views: list[Episode]) -> list[ScoredEpisode]:
+        return [ScoredEpisode(v, (TurnScore("player_1", 1, scores[v.episode_id], None, None, scores[v.episode_id],
+                                            True),)) for v in views]
+    return score
+
+
+@pytest.mark.parametrize(("settings", "expected"), [
+    ("{}", (0.5, -0.5)),                                  # the run's hybrid, lam 0.5: outcome +-1, process -+1
+    ("{advantage_mode: outcome}", (1.0, -1.0)),           # its own: the outcome term alone
+    ("{lam: 2.0}", (-1.0, 1.0)),                          # its own lam: 1 - 2, -1 + 2
+])
+def test_a_co_trained_policy_s_advantages_follow_its_own_settings(tmp_path: Path, settings: str,
+                                                                  expected: tuple[float, float]) -> None:
+    """By hand: returns +2 and -2 normalise to +1 and -1; scores 0.2 and 0.6 to -1 and +1."""
+    from strat.train.cotrained import CoTrainedPolicies
+
+    config = _with_algorithm(settings, "algorithm.advantage_mode=hybrid", "algorithm.lam=0.5")
+    fleet = _Fleet(["small"])
+    policies = CoTrainedPolicies(config, tmp_path, fleet)  # type: ignore[arg-type]
+    record = policies.train(_group(), _score({"e0": 0.2, "e1": 0.6}))
+    (samples,) = fleet.policy_learners["small"].updates
+    assert [s.agent for s in samples] == ["player_1", "player_1"]
+    assert [s.advantage for s in samples] == pytest.approx(expected, abs=1e-5)
+    assert "small/reward/mean" in record or any(key.startswith("small/") for key in record)
+
+
+@pytest.mark.parametrize(("settings", "refreshed"), [("{}", 1), ("{kl_reference: initial}", 0)])
+def test_only_a_snapshot_anchored_co_trained_policy_moves_its_anchor(tmp_path: Path, settings: str,
+                                                                     refreshed: int) -> None:
+    """The run anchors its KL on the snapshot (as the default config does); a policy that anchors on its initial weights
+    keeps its anchor at snapshot steps."""
+    from strat.train.cotrained import CoTrainedPolicies
+
+    config = _with_algorithm(settings)
+    assert config.algorithm.kl_reference == "snapshot"
+    fleet = _Fleet(["small"])
+    CoTrainedPolicies(config, tmp_path, fleet).refresh_anchor()  # type: ignore[arg-type]
+    assert fleet.policy_learners["small"].refreshed == refreshed
 
 
 def _episode() -> Episode:
@@ -60,7 +192,8 @@ def _weights(checkpoint_dir: Path) -> str:
 
 @pytest.mark.long
 def test_two_policies_train_apart_and_resume_exactly(local_ray, tmp_path: Path, warm_model_dir: Path) -> None:
-    """The first policy and `rival` (both from the warm-started model, rival with another learning rate) play every
+    """The first policy and `rival` (both from the warm-started model, rival with another learning rate and its own
+    KL estimator, reverse against the run's forward) play every
     game against each other. After each step each agent holds exactly its own learner's weights, never the other's;
     a run stopped after step 2 and resumed logs what the run never stopped logs, for both policies."""
     import ray
@@ -70,7 +203,8 @@ def test_two_policies_train_apart_and_resume_exactly(local_ray, tmp_path: Path, 
 
     common = [f"model.path={warm_model_dir}", *SMALL, "engine.backend=hf", "schedule.max_staleness=0",
               "schedule.checkpoint_every=1", "schedule.eval_every=0", "warm_start.enabled=false",
-              f"policies=[{{name: rival, model: {warm_model_dir}, train: true, lr: 0.01}}]",
+              f"policies=[{{name: rival, model: {warm_model_dir}, train: true, lr: 0.01,"
+              " algorithm: {kl_type: reverse}}]",
               "game.opponents=[{kind: policy, name: rival}]", "algorithm.lr=0.003", "algorithm.groups_per_step=4",
               "reasoning.max_new_tokens=160", "resources.cpus_per_agent=0.25"]
     held: list[tuple[int, str, str, str, str]] = []
@@ -223,4 +357,8 @@ def test_check_names_each_co_trained_policy(capsys: pytest.CaptureFixture[str]) 
     from strat.cli.train import check
 
     check(TWO, None)
-    assert "co-trained policy small: from tiny:kuhn_poker, through the run's stages" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "co-trained policy small: from tiny:kuhn_poker, through the run's stages" in err
+    assert "with a learner of its own (the run's algorithm settings)" in err
+    check(TWO, ["policies=[{name: small, model: 'tiny:kuhn_poker', lr: 0.001, algorithm: {advantage_mode: hybrid}}]"])
+    assert "with a learner of its own (advantage_mode hybrid, lr 0.001)" in capsys.readouterr().err
