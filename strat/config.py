@@ -370,6 +370,9 @@ class PolicyConfig(_Section):
     """A co-trained policy's learning rate; unset: `algorithm.lr`."""
     algorithm: PolicyAlgorithmConfig = Field(default_factory=PolicyAlgorithmConfig)
     """A co-trained policy's own advantage, credit, KL and loss settings (each unset key: the run's `algorithm`)."""
+    lora: LoraConfig | None = None
+    """A co-trained policy's own low-rank adapters (`learner.lora`'s keys; `enabled: true` trains adapters, `false`
+    the full model); unset: the run's `learner.lora`. Its engine gets merged full weights either way."""
 
     @field_validator("name")
     @classmethod
@@ -401,6 +404,8 @@ class PolicyConfig(_Section):
             raise ValueError(f"lr ({self.name}): only a co-trained policy (train: true) has a learning rate")
         if not self.train and self.algorithm.model_dump(exclude_none=True):
             raise ValueError(f"algorithm ({self.name}): only a co-trained policy (train: true) has algorithm settings")
+        if not self.train and self.lora is not None:
+            raise ValueError(f"lora ({self.name}): only a co-trained policy (train: true) has a learner")
         return self
 
     @property
@@ -982,6 +987,18 @@ def _check_policies(config: ExperimentConfig) -> None:
             raise ConfigError(f"{key} ({policy.name}): algorithm.dph_divergence={config.algorithm.dph_divergence}"
                               " rehearses the first policy's initial data only; use none with a co-trained policy")
         policy_algorithm(config, policy.name)  # its settings merged onto the run's: refused in one line if invalid
+
+
+def policy_config(config: ExperimentConfig, name: str) -> ExperimentConfig:
+    """`config` as the co-trained policy `name` trains under it: its model in `model` (what its stages, rules
+    pretraining and warm start, build on), its own algorithm settings in `algorithm` (`policy_algorithm`) and its own
+    adapters in `learner.lora`."""
+    (policy,) = [p for p in config.policies if p.name == name]
+    model = ModelConfig(path=policy.model, tiny=policy.tiny, trust_remote_code=config.model.trust_remote_code)
+    update: dict[str, Any] = {"model": model, "algorithm": policy_algorithm(config, name)}
+    if policy.lora is not None:
+        update["learner"] = config.learner.model_copy(update={"lora": policy.lora})
+    return config.model_copy(update=update)
 
 
 def policy_algorithm(config: ExperimentConfig, name: str) -> AlgorithmConfig:

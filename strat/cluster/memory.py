@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strat.config import ExperimentConfig, TinyConfig, past_policy_agent
+from strat.config import ExperimentConfig, TinyConfig, past_policy_agent, policy_config
 from strat.errors import PlacementError
 from strat.model import hub
 
@@ -377,7 +377,9 @@ def plan_memory(config: ExperimentConfig, shape: ModelShape, gpu_memory: int | N
     actors += [engine_memory(fixed_shape, config, f"policy:{name}", 1) for name, fixed_shape in fixed]
     actors += [engine_memory(own, config, f"cotrained:{name}", 1) for name, own in cotrained]
     actors.append(learner_memory(shape, config))
-    actors += [learner_memory(own, config, f"cotrained_learner:{name}", 1) for name, own in cotrained]
+    # A co-trained learner under its own settings: its adapters, its KL (whether it holds a reference model).
+    actors += [learner_memory(own, policy_config(config, name), f"cotrained_learner:{name}", 1)
+               for name, own in cotrained]
     return MemoryPlan(tuple(actors), gpu_memory)
 
 

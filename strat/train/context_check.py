@@ -191,8 +191,7 @@ def check_cotrained_policies_fit(config: ExperimentConfig, first: LongestPrompt)
     ConfigError naming the policy otherwise. Its warm start, where enabled, is checked on that tokenizer too."""
     from transformers import AutoTokenizer
 
-    from strat.config import cotrained_policy_names
-    from strat.train.cotrained import policy_config
+    from strat.config import cotrained_policy_names, policy_config
     from strat.train.settings import base_model_path
 
     depth, limit = config.reasoning.depth, config.reasoning.max_new_tokens

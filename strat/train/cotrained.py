@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from strat.algorithm.advantage import RoleBaseline, compute_advantages
 from strat.algorithm.records import Episode, ScoredEpisode
-from strat.config import ExperimentConfig, ModelConfig, cotrained_policy_names, policy_algorithm, save_resolved
+from strat.config import ExperimentConfig, cotrained_policy_names, policy_config, save_resolved
 from strat.errors import RunAborted
 from strat.model import checkpoint
 from strat.play.rollout import policy_seat
@@ -34,14 +34,6 @@ if TYPE_CHECKING:
     from strat.train.fleet import Fleet  # imports Ray; only the trainer builds one
 
 log = logging.getLogger(__name__)
-
-
-def policy_config(config: ExperimentConfig, name: str) -> ExperimentConfig:
-    """`config` as the co-trained policy `name` trains under it: its model in `model` (what its stages, rules
-    pretraining and warm start, build on) and its own algorithm settings in `algorithm` (`policy_algorithm`)."""
-    (policy,) = [p for p in config.policies if p.name == name]
-    model = ModelConfig(path=policy.model, tiny=policy.tiny, trust_remote_code=config.model.trust_remote_code)
-    return config.model_copy(update={"model": model, "algorithm": policy_algorithm(config, name)})
 
 
 def resolve_cotrained_policies(config: ExperimentConfig,

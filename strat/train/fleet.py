@@ -24,6 +24,7 @@ from strat.config import (
     fixed_policy_names,
     past_policy_agent,
     policy_agent_names,
+    policy_config,
 )
 from strat.errors import ConfigError, PlacementError, RunAborted
 from strat.model import checkpoint
@@ -33,7 +34,6 @@ from strat.sync.fingerprint import WeightsTag
 from strat.sync.weights import WeightSync
 from strat.train.agent_actor import AgentActor
 from strat.train.comparator_actor import CoTComparator
-from strat.train.cotrained import policy_config
 from strat.train.fixed_policies import FixedPolicy, resolve_fixed_policies
 from strat.train.learner_actor import LearnerGroup
 from strat.train.ray_node import actor_env_vars, actor_threads

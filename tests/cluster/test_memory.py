@@ -259,3 +259,28 @@ def test_a_co_trained_policy_has_its_own_engine_and_learner_rows() -> None:
     # One rank: its weights, gradients and AdamW moments unsharded (4 + 4 + 8 bytes a parameter).
     assert [p.bytes for p in rows["cotrained_learner:small"].parts[:3]] == [4 * small, 4 * small, 8 * small]
     assert all(actor.on_gpu for actor in result.actors)
+
+
+def test_a_co_trained_learner_is_estimated_under_its_own_adapters_and_kl() -> None:
+    """The co-trained policy trains LoRA adapters (r 2 on q_proj) and its own KL anchor on a run that trains the full
+    model without one: its row holds the frozen base, the adapters' optimizer state and the reference copy; the first
+    learner's row is unchanged. By hand: q_proj maps the 64-wide hidden state to 2 heads of 64 (128) in each of the
+    2 layers, so the adapters hold 2 x (2 x 64 + 128 x 2) = 768 parameters."""
+    from strat.cluster.memory import memory_plan_for, tiny_shape
+
+    base = ["resources.gpus_per_agent=1", "resources.gpus_learner=1"]
+    own = ("policies=[{name: small, model: 'tiny:kuhn_poker', tiny: {hidden_size: 64, intermediate_size: 176},"
+           " lora: {enabled: true, r: 2, target_modules: [q_proj]},"
+           " algorithm: {kl_type: reverse, kl_coef: 0.1, kl_reference: snapshot}}]")
+    path = REPO / "configs" / "kuhn_poker_two_policies_tiny.yaml"
+    plain_config = load_config(path, base)
+    plain = {a.role: a for a in memory_plan_for(plain_config, plain_config.model.path, None).actors}
+    config = load_config(path, [*base, own])
+    rows = {a.role: a for a in memory_plan_for(config, config.model.path, None).actors}
+    small = parameter_count(tiny_shape(config.policies[0].tiny))
+    parts = {p.what.split(" (")[0].split(",")[0]: p.bytes for p in rows["cotrained_learner:small"].parts}
+    assert parts["base weights"] == 4 * small                   # frozen, float32 on one rank
+    assert parts["LoRA adapters"] == 4 * 768 and parts["gradients"] == 4 * 768 and parts["AdamW moments"] == 8 * 768
+    assert parts["KL reference copy"] == 4 * small
+    assert "KL reference copy" not in {p.what.split(" (")[0] for p in plain["cotrained_learner:small"].parts}
+    assert rows["learner"] == plain["learner"]

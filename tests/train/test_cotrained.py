@@ -12,10 +12,10 @@ from safetensors.torch import load_file
 
 from strat import metrics
 from strat.algorithm.records import Episode, Turn
-from strat.config import cotrained_policy_names, fixed_policy_names, policy_agent_names
+from strat.config import cotrained_policy_names, fixed_policy_names, policy_agent_names, policy_config
 from strat.config_loading import load_config
 from strat.sync.fingerprint import fingerprint
-from strat.train.cotrained import policy_config, prefixed, seated_view
+from strat.train.cotrained import prefixed, seated_view
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"
@@ -65,6 +65,17 @@ def test_a_co_trained_policy_may_set_its_own_advantage_credit_and_kl() -> None:
     assert advantage_config(policy_config(config, "small")).credit == "segment"
 
 
+def test_a_co_trained_policy_may_train_its_own_adapters() -> None:
+    """Its `lora` replaces the run's `learner.lora` in its learner's settings (the run trains the full model)."""
+    from strat.train.settings import learner_settings
+
+    config = load_config(TWO, ["policies=[{name: small, model: 'tiny:kuhn_poker', lora: {enabled: true, r: 4}}]"])
+    own = learner_settings(policy_config(config, "small")).lora
+    assert own is not None and (own.r, own.alpha) == (4, 32.0)
+    assert learner_settings(config).lora is None
+    assert policy_config(config, "small").learner.device == config.learner.device
+
+
 @pytest.mark.parametrize(("policy", "message"), [
     ("{name: small, model: 'tiny:kuhn_poker', algorithm: {kl_type: none}}",
      r"policies.0.algorithm \(small\), merged onto the run's algorithm: kl_coef > 0 needs kl_type forward or reverse"),
@@ -82,11 +93,13 @@ def test_a_co_trained_policy_s_bad_algorithm_settings_are_refused_in_one_line(po
     assert "\n" not in str(caught.value).strip()
 
 
-def test_a_fixed_policy_has_no_algorithm_settings(tmp_path: Path) -> None:
+def test_a_fixed_policy_has_no_algorithm_or_learner_settings(tmp_path: Path) -> None:
     from strat.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"only a co-trained policy \(train: true\) has algorithm settings"):
         load_config(TWO, [f"policies=[{{name: small, model: {tmp_path}, train: false, algorithm: {{lam: 1.0}}}}]"])
+    with pytest.raises(ConfigError, match=r"lora \(small\): only a co-trained policy \(train: true\) has a learner"):
+        load_config(TWO, [f"policies=[{{name: small, model: {tmp_path}, train: false, lora: {{enabled: true}}}}]"])
 
 
 class _Learner:
