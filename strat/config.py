@@ -347,6 +347,23 @@ class PolicyAlgorithmConfig(_Section):
     """Its policy loss, by registered name."""
 
 
+class PolicyResourcesConfig(_Section):
+    """What a policy's own actors ask for, where it differs from the run's `resources` (an unset key: the run's
+    value): its engine's bundle, and a co-trained policy's one-rank learner's."""
+
+    cpus_per_agent: float | None = Field(None, ge=0.0)
+    """CPUs of its engine's actor."""
+    gpus_per_agent: float | None = Field(None, ge=0.0)
+    """GPUs of each of its engine's tensor-parallel ranks."""
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    """Its engine's tensor-parallel ranks (`engine.tensor_parallel_size` for it): a larger model on more GPUs."""
+    cpus_learner: float | None = Field(None, ge=0.0)
+    """CPUs of a co-trained policy's learner."""
+    gpus_learner: float | None = Field(None, ge=0.0, le=1.0)
+    """GPUs of a co-trained policy's learner, one rank (at most 1); unset: one GPU beside a multi-GPU first learner,
+    else `resources.gpus_learner`."""
+
+
 class PolicyConfig(_Section):
     """Another policy of the job besides the one trained (`model`, `learner`, `algorithm`), played by its own engine
     with its own tokenizer and chat template: a fixed LLM opponent (`train: false`), or a policy co-trained beside
@@ -370,6 +387,8 @@ class PolicyConfig(_Section):
     """A co-trained policy's learning rate; unset: `algorithm.lr`."""
     algorithm: PolicyAlgorithmConfig = Field(default_factory=PolicyAlgorithmConfig)
     """A co-trained policy's own advantage, credit, KL and loss settings (each unset key: the run's `algorithm`)."""
+    resources: PolicyResourcesConfig = Field(default_factory=PolicyResourcesConfig)
+    """Its actors' CPUs and GPUs and its engine's tensor-parallel size, where they differ from the run's."""
     lora: LoraConfig | None = None
     """A co-trained policy's own low-rank adapters (`learner.lora`'s keys; `enabled: true` trains adapters, `false`
     the full model); unset: the run's `learner.lora`. Its engine gets merged full weights either way."""
@@ -406,6 +425,10 @@ class PolicyConfig(_Section):
             raise ValueError(f"algorithm ({self.name}): only a co-trained policy (train: true) has algorithm settings")
         if not self.train and self.lora is not None:
             raise ValueError(f"lora ({self.name}): only a co-trained policy (train: true) has a learner")
+        learner_keys = [k for k in ("cpus_learner", "gpus_learner") if getattr(self.resources, k) is not None]
+        if not self.train and learner_keys:
+            raise ValueError(f"resources.{learner_keys[0]} ({self.name}): only a co-trained policy (train: true) has a"
+                             " learner")
         return self
 
     @property
@@ -989,13 +1012,30 @@ def _check_policies(config: ExperimentConfig) -> None:
         policy_algorithm(config, policy.name)  # its settings merged onto the run's: refused in one line if invalid
 
 
+def policy_actors_config(config: ExperimentConfig, name: str) -> ExperimentConfig:
+    """`config` with policy `name`'s own `resources` keys in `resources` and its tensor-parallel size in `engine`:
+    what its engine (and a co-trained policy's learner) is sized and placed by."""
+    (policy,) = [p for p in config.policies if p.name == name]
+    own = policy.resources.model_dump(exclude_none=True)
+    tp = own.pop("tensor_parallel_size", None)
+    if "gpus_learner" not in own and config.resources.gpus_learner > 1:
+        own["gpus_learner"] = 1.0  # one rank: one GPU beside a multi-GPU first learner
+    own["learner_ranks"] = 1
+    update: dict[str, Any] = {"resources": config.resources.model_copy(update=own)}
+    if tp is not None:
+        update["engine"] = config.engine.model_copy(update={"tensor_parallel_size": tp})
+    return config.model_copy(update=update)
+
+
 def policy_config(config: ExperimentConfig, name: str) -> ExperimentConfig:
     """`config` as the co-trained policy `name` trains under it: its model in `model` (what its stages, rules
-    pretraining and warm start, build on), its own algorithm settings in `algorithm` (`policy_algorithm`) and its own
-    adapters in `learner.lora`."""
+    pretraining and warm start, build on), its own algorithm settings in `algorithm` (`policy_algorithm`), its own
+    adapters in `learner.lora`, and its actors' resources (`policy_actors_config`)."""
     (policy,) = [p for p in config.policies if p.name == name]
     model = ModelConfig(path=policy.model, tiny=policy.tiny, trust_remote_code=config.model.trust_remote_code)
-    update: dict[str, Any] = {"model": model, "algorithm": policy_algorithm(config, name)}
+    actors = policy_actors_config(config, name)
+    update: dict[str, Any] = {"model": model, "algorithm": policy_algorithm(config, name),
+                              "resources": actors.resources, "engine": actors.engine}
     if policy.lora is not None:
         update["learner"] = config.learner.model_copy(update={"lora": policy.lora})
     return config.model_copy(update=update)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strat.config import ExperimentConfig, TinyConfig, past_policy_agent, policy_config
+from strat.config import ExperimentConfig, TinyConfig, past_policy_agent, policy_actors_config, policy_config
 from strat.errors import PlacementError
 from strat.model import hub
 
@@ -374,10 +374,12 @@ def plan_memory(config: ExperimentConfig, shape: ModelShape, gpu_memory: int | N
     actors = [engine_memory(shape, config, "agent", config.resources.agents)]
     if past_policy_agent(config):  # the snapshot opponent's engine, or the league's
         actors.append(engine_memory(shape, config, "snapshot", 1))
-    actors += [engine_memory(fixed_shape, config, f"policy:{name}", 1) for name, fixed_shape in fixed]
-    actors += [engine_memory(own, config, f"cotrained:{name}", 1) for name, own in cotrained]
+    # Each other policy's engine at its own tensor-parallel size and GPUs (`policy_actors_config`).
+    actors += [engine_memory(fixed_shape, policy_actors_config(config, name), f"policy:{name}", 1)
+               for name, fixed_shape in fixed]
+    actors += [engine_memory(own, policy_actors_config(config, name), f"cotrained:{name}", 1) for name, own in cotrained]
     actors.append(learner_memory(shape, config))
-    # A co-trained learner under its own settings: its adapters, its KL (whether it holds a reference model).
+    # A co-trained learner under its own settings: its adapters, its KL (whether it holds a reference model), its GPU.
     actors += [learner_memory(own, policy_config(config, name), f"cotrained_learner:{name}", 1)
                for name, own in cotrained]
     return MemoryPlan(tuple(actors), gpu_memory)

@@ -24,7 +24,13 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from strat.config import ExperimentConfig, cotrained_policy_names, fixed_policy_names, past_policy_agent
+from strat.config import (
+    ExperimentConfig,
+    cotrained_policy_names,
+    fixed_policy_names,
+    past_policy_agent,
+    policy_actors_config,
+)
 from strat.errors import PlacementError
 
 if TYPE_CHECKING:
@@ -198,41 +204,56 @@ def _check_ray_amount(role: str, key: str, value: float) -> None:
         raise PlacementError(f"{role}: {key}={value:g} GPUs; Ray takes a fraction below 1 or a whole number")
 
 
+def _engine_bundle(config: ExperimentConfig, role: str) -> Bundle:
+    """An engine's bundle: its CPUs, and its GPUs per rank times its tensor-parallel ranks (whole GPUs then)."""
+    res, tp = config.resources, config.engine.tensor_parallel_size
+    if tp > 1 and (res.gpus_per_agent < 1 or abs(res.gpus_per_agent - round(res.gpus_per_agent)) > _EPS):
+        raise PlacementError(
+            f"{role}: engine.tensor_parallel_size={tp} needs whole GPUs per rank, "
+            f"but resources.gpus_per_agent={res.gpus_per_agent:g} (use 1)"
+        )
+    bundle = Bundle(cpus=res.cpus_per_agent, gpus=res.gpus_per_agent * tp)
+    _check_ray_amount(role, "resources.gpus_per_agent x engine.tensor_parallel_size", bundle.gpus)
+    return bundle
+
+
 def _role_bundles(config: ExperimentConfig) -> list[tuple[Role, int, str, Bundle]]:
     """Every actor with its group name and resource bundle, in the trainer's order."""
     res = config.resources
-    tp = config.engine.tensor_parallel_size
-    if tp > 1 and (res.gpus_per_agent < 1 or abs(res.gpus_per_agent - round(res.gpus_per_agent)) > _EPS):
-        raise PlacementError(
-            f"agent: engine.tensor_parallel_size={tp} needs whole GPUs per rank, "
-            f"but resources.gpus_per_agent={res.gpus_per_agent:g} (use 1)"
-        )
     judge_separate = config.comparison.agreement == "judge" and config.comparison.judge_engine == "separate"
     if judge_separate and res.gpus_per_agent > 0 and res.gpus_comparator <= 0:
         raise PlacementError(
             "comparator: agreement=judge on a separate engine needs resources.gpus_comparator > 0 "
             "on a GPU run (the judge engine runs in the comparator)"
         )
-    agent = Bundle(cpus=res.cpus_per_agent, gpus=res.gpus_per_agent * tp)
-    _check_ray_amount("agent", "resources.gpus_per_agent x engine.tensor_parallel_size", agent.gpus)
+    agent = _engine_bundle(config, "agent")
     _check_ray_amount("learner", "resources.gpus_learner", res.gpus_learner)
     _check_ray_amount("comparator", "resources.gpus_comparator", res.gpus_comparator)
     rows: list[tuple[Role, int, str, Bundle]] = [("agent", i, "agents", agent) for i in range(res.agents)]
     if past_policy_agent(config):  # the snapshot opponent's engine, which also plays a league's members
         rows.append(("snapshot", 0, "agents", agent))
-    # Each fixed LLM opponent's engine takes an agent's bundle (its model may be smaller; the bundle is the same).
-    rows += [("fixed", i, "agents", agent) for i, _ in enumerate(fixed_policy_names(config))]
-    # A co-trained policy's engine takes an agent's bundle too.
-    rows += [("cotrained", i, "agents", agent) for i, _ in enumerate(cotrained_policy_names(config))]
+    # Each other policy's engine (a fixed LLM opponent's, a co-trained policy's) takes a bundle of its own size: the
+    # agent's, or what its `resources` says.
+    def own(name: str, role: str) -> Bundle:
+        try:
+            return _engine_bundle(policy_actors_config(config, name), f"{role}[{name}]")
+        except PlacementError as err:
+            raise PlacementError(f"{err} (or set it in the policy's own resources)") from None
+
+    rows += [("fixed", i, "agents", own(name, "fixed")) for i, name in enumerate(fixed_policy_names(config))]
+    rows += [("cotrained", i, "agents", own(name, "cotrained"))
+             for i, name in enumerate(cotrained_policy_names(config))]
     rows += [("rollout_worker", i, "rollout_workers", Bundle(res.cpus_per_worker, 0.0))
              for i in range(res.rollout_workers)]
     rows.append(("comparator", 0, "comparator", Bundle(res.cpus_comparator, res.gpus_comparator)))
     # One bundle per learner rank (one GPU each on a multi-GPU learner); FSDP2 ranks may span nodes.
     rows += [("learner", i, "learner", Bundle(res.cpus_learner, res.gpus_per_learner_rank))
              for i in range(res.learner_world_size)]
-    # A co-trained policy's learner is one rank: one GPU on a multi-GPU learner, else the learner's own share.
-    rows += [("cotrained_learner", i, "learner", Bundle(res.cpus_learner, res.gpus_per_learner_rank))
-             for i, _ in enumerate(cotrained_policy_names(config))]
+    # A co-trained policy's learner is one rank: one GPU on a multi-GPU learner, else the learner's own share, or
+    # what its `resources` says.
+    for i, name in enumerate(cotrained_policy_names(config)):
+        learner = policy_actors_config(config, name).resources
+        rows.append(("cotrained_learner", i, "learner", Bundle(learner.cpus_learner, learner.gpus_per_learner_rank)))
     return rows
 
 
@@ -261,7 +282,7 @@ def plan(config: ExperimentConfig, cluster: ClusterSpec) -> Plan:
     for role, _, _, bundle in rows:
         if bundle.gpus > cluster.max_node_gpus + _EPS:
             engine_role = role in ("agent", "snapshot", "fixed", "cotrained")
-            what = "a tensor-parallel engine" if engine_role and config.engine.tensor_parallel_size > 1 else "its actor"
+            what = "a tensor-parallel engine" if engine_role and bundle.gpus > 1 else "its actor"
             raise PlacementError(
                 f"{role}: {what} needs {bundle.gpus:g} GPUs on one node ({_NEED_KEY[role]}) "
                 f"but the largest node has {cluster.max_node_gpus:g} ({where})"

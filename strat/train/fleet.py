@@ -23,6 +23,7 @@ from strat.config import (
     cotrained_policy_names,
     fixed_policy_names,
     past_policy_agent,
+    policy_actors_config,
     policy_agent_names,
     policy_config,
 )
@@ -46,17 +47,28 @@ ACTOR_PING_TIMEOUT_S = 60.0
 
 
 def required_resources(config: ExperimentConfig) -> dict[str, float]:
-    """CPUs and GPUs the run's actors ask for together."""
+    """CPUs and GPUs the run's actors ask for together (each other policy's actors at their own sizes)."""
     res = config.resources
-    agents = res.agents + int(past_policy_agent(config)) + len(policy_agent_names(config))
-    cotrained = len(cotrained_policy_names(config))
-    learners = res.learner_world_size + cotrained
-    return {
-        "CPU": agents * res.cpus_per_agent + res.rollout_workers * res.cpus_per_worker
-        + learners * res.cpus_learner + res.cpus_comparator,
-        "GPU": agents * res.gpus_per_agent * config.engine.tensor_parallel_size + res.gpus_learner
-        + cotrained * res.gpus_per_learner_rank + res.gpus_comparator,
-    }
+    agents = res.agents + int(past_policy_agent(config))
+    cpus = agents * res.cpus_per_agent + res.rollout_workers * res.cpus_per_worker \
+        + res.learner_world_size * res.cpus_learner + res.cpus_comparator
+    gpus = agents * res.gpus_per_agent * config.engine.tensor_parallel_size + res.gpus_learner + res.gpus_comparator
+    cotrained = cotrained_policy_names(config)
+    for name in policy_agent_names(config):
+        own = policy_actors_config(config, name)
+        cpus += own.resources.cpus_per_agent
+        gpus += own.resources.gpus_per_agent * own.engine.tensor_parallel_size
+        if name in cotrained:  # its one-rank learner
+            cpus += own.resources.cpus_learner
+            gpus += own.resources.gpus_per_learner_rank
+    return {"CPU": cpus, "GPU": gpus}
+
+
+def actor_options(num_cpus: float, num_gpus: float) -> dict[str, Any]:
+    """An actor's Ray options: its CPUs and GPUs, and its runtime env (`Fleet.start`'s docstring; a GPU actor gets
+    one OpenMP thread per CPU it holds, `actor_threads`)."""
+    return {"num_cpus": num_cpus, "num_gpus": num_gpus,
+            "runtime_env": {"env_vars": {**actor_env_vars(), **actor_threads(num_cpus, num_gpus)}}}
 
 
 def check_resources(config: ExperimentConfig, available: dict[str, float]) -> None:
@@ -123,11 +135,7 @@ class Fleet:
         res = config.resources
         check_resources(config, ray.cluster_resources())
         self._engine_settings = engine_settings(config)
-        def env(num_cpus: float, num_gpus: float) -> dict[str, Any]:
-            """See the docstring; a GPU actor gets one OpenMP thread per CPU it holds (`actor_threads`)."""
-            return {"num_cpus": num_cpus, "num_gpus": num_gpus,
-                    "runtime_env": {"env_vars": {**actor_env_vars(), **actor_threads(num_cpus, num_gpus)}}}
-
+        env = actor_options
         if needs_placement(config):
             # One placement group per role; a plan that cannot fit is refused here, before any actor.
             self.placement = reserve(plan_placement(config, cluster_from_ray(ray.nodes())), res.actor_start_timeout_s)
@@ -163,12 +171,13 @@ class Fleet:
         cotrained = cotrained_policy_names(config)
         for policy in self.fixed_policies:
             if policy.name in cotrained:
-                settings = learner_settings(policy_config(config, policy.name))  # its own lr, loss and KL
+                own = policy_config(config, policy.name)
+                settings = learner_settings(own)  # its own lr, loss, KL and adapters
                 # One rank, in its own bundle of the learner group (a GPU of its own on a GPU run).
                 placed = self._placed("cotrained_learner", cotrained.index(policy.name))
+                learner_env = env(own.resources.cpus_learner, own.resources.gpus_per_learner_rank)
                 self.policy_learners[policy.name] = LearnerGroup.start(
-                    str(policy.model_dir), settings, 1,
-                    lambda rank, placed=placed: {**env(res.cpus_learner, res.gpus_per_learner_rank), **placed},
+                    str(policy.model_dir), settings, 1, lambda rank, placed=placed, le=learner_env: {**le, **placed},
                     res.actor_start_timeout_s)
         self._collect_handles()
         self._wait_ready(self._handles)
@@ -199,12 +208,18 @@ class Fleet:
 
     def _new_policy_agent(self, index: int, model_path: str) -> Any:
         """The agent of `self.fixed_policies[index]`, in its placement bundle: a fixed policy's (`fixed[i]`, i among
-        the fixed ones) or a co-trained one's (`cotrained[i]`, i among the co-trained ones)."""
+        the fixed ones) or a co-trained one's (`cotrained[i]`, i among the co-trained ones), sized by the policy's
+        own resources and tensor-parallel size."""
         name = self.fixed_policies[index].name
         cotrained = cotrained_policy_names(self.config)
-        if name in cotrained:
-            return self._new_agent(cotrained.index(name), "cotrained", model_path)
-        return self._new_agent(fixed_policy_names(self.config).index(name), "fixed", model_path)
+        role, position = (("cotrained", cotrained.index(name)) if name in cotrained
+                          else ("fixed", fixed_policy_names(self.config).index(name)))
+        own = policy_actors_config(self.config, name)
+        cls, _ = self._agent_cls
+        options = actor_options(own.resources.cpus_per_agent,
+                                own.resources.gpus_per_agent * own.engine.tensor_parallel_size)
+        return cls.options(**options, **self._placed(role, position)).remote(
+            self.config.engine.backend, model_path, engine_settings(own))
 
     def _new_worker(self, index: int) -> Any:
         agent = self.agents[index % len(self.agents)]

@@ -284,3 +284,19 @@ def test_a_co_trained_learner_is_estimated_under_its_own_adapters_and_kl() -> No
     assert parts["KL reference copy"] == 4 * small
     assert "KL reference copy" not in {p.what.split(" (")[0] for p in plain["cotrained_learner:small"].parts}
     assert rows["learner"] == plain["learner"]
+
+
+def test_a_co_trained_engine_is_estimated_at_its_own_tensor_parallel_size() -> None:
+    """Its engine on two tensor-parallel ranks holds half its weights a rank; the first policy's engine is as
+    before."""
+    from strat.cluster.memory import memory_plan_for, tiny_shape
+
+    config = load_config(REPO / "configs" / "kuhn_poker_two_policies_tiny.yaml",
+                         ["resources.gpus_per_agent=1", "resources.gpus_learner=1",
+                          "policies=[{name: small, model: 'tiny:kuhn_poker', tiny: {hidden_size: 64,"
+                          " intermediate_size: 176}, resources: {tensor_parallel_size: 2}}]"])
+    rows = {a.role: a for a in memory_plan_for(config, config.model.path, None).actors}
+    small = parameter_count(tiny_shape(config.policies[0].tiny))
+    assert rows["cotrained:small"].parts[0].bytes == 4 * -(-small // 2)  # float32, ceil(n / 2) a rank
+    assert "1/2 per tensor-parallel rank" in rows["cotrained:small"].parts[0].what
+    assert rows["agent"].parts[0].bytes == 4 * parameter_count(tiny_shape(config.model.tiny))

@@ -159,3 +159,31 @@ def test_each_co_trained_policy_gets_an_engine_and_a_learner_bundle() -> None:
                 parse_cluster("nodes=1,gpus_per_node=8"))
     assert [(a.name, a.gpus) for a in wide.actors if a.group == "learner"] == [
         ("learner[0]", 1.0), ("learner[1]", 1.0), ("cotrained_learner[small]", 1.0)]
+
+
+def test_a_policy_s_own_resources_size_its_bundles() -> None:
+    """A co-trained policy with its own sizes: its engine on two tensor-parallel GPUs, its learner on half a GPU; a
+    fixed policy's engine on half a GPU. Counted in the GPUs needed (1 + 0.5 + 2 + 1 + 0.5 = 5) and refused, naming
+    the role and the key, where no node holds the two-GPU engine."""
+    from strat.train.fleet import required_resources
+
+    two = REPO / "configs" / "kuhn_poker_two_policies_tiny.yaml"
+    policies = ("policies=[{name: small, model: 'tiny:kuhn_poker', tiny: {hidden_size: 64, intermediate_size: 176},"
+                " resources: {gpus_per_agent: 1, tensor_parallel_size: 2, gpus_learner: 0.5}},"
+                " {name: rival, model: %s, train: false, resources: {gpus_per_agent: 0.5}}]")
+    opponents = "game.opponents=[{kind: policy, name: small}, {kind: policy, name: rival}]"
+    gpus = ["resources.gpus_per_agent=1", "resources.gpus_learner=1", opponents, "game.seats=null"]
+    config = load_config(two, [*gpus, policies % (REPO / "configs")])
+    result = plan(config, parse_cluster("nodes=2,gpus_per_node=4"))
+    placed = {a.name: (a.group, a.gpus) for a in result.actors if a.gpus > 0}
+    assert placed == {"agent[0]": ("agents", 1.0), "fixed[rival]": ("agents", 0.5),
+                      "cotrained[small]": ("agents", 2.0), "learner[0]": ("learner", 1.0),
+                      "cotrained_learner[small]": ("learner", 0.5)}
+    assert required_resources(config)["GPU"] == pytest.approx(5.0)
+    with pytest.raises(PlacementError, match=r"cotrained: a tensor-parallel engine needs 2 GPUs on one node"):
+        plan(config, parse_cluster("nodes=5,gpus_per_node=1"))
+    fractional = policies.replace("gpus_per_agent: 1, tensor", "gpus_per_agent: 0.5, tensor") % (REPO / "configs")
+    with pytest.raises(PlacementError, match=r"cotrained\[small\]: engine.tensor_parallel_size=2 needs whole GPUs"
+                                             r" per rank, but resources.gpus_per_agent=0.5 \(use 1\) \(or set it"
+                                             r" in the policy's own resources\)"):
+        plan(load_config(two, [*gpus, fractional]), parse_cluster("nodes=2,gpus_per_node=4"))

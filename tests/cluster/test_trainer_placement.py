@@ -49,14 +49,19 @@ def test_gpu_actors_run_in_their_roles_placement_groups(
     assert not [g for g in ray.util.placement_group_table().values() if g["state"] == "CREATED"]
 
 
+@pytest.mark.parametrize(("own", "gpus"), [("{}", 1.0), ("{gpus_per_agent: 0.5, gpus_learner: 0.5}", 0.5)],
+                         ids=["the-run-s-sizes", "its-own-sizes"])
 def test_a_co_trained_policy_s_engine_and_learner_take_gpu_bundles_of_their_own(
-    ray_with_logical_gpus, tmp_path: Path, tiny_model_dir: Path
+    ray_with_logical_gpus, tmp_path: Path, tiny_model_dir: Path, own: str, gpus: float
 ) -> None:
     """Two policies on GPUs: the agents group holds the first policy's engine and the co-trained one's, the learner
-    group the first learner and the co-trained learner, one GPU each, and an actor holds each bundle's GPU."""
+    group the first learner and the co-trained learner, one GPU each (or the co-trained policy's own share, from its
+    `resources`), and an actor holds each bundle's GPU (an actor asking for more than its bundle holds never
+    starts)."""
     config = load_config(ROOT / "configs" / "kuhn_poker_two_policies_tiny.yaml", [
         f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "warm_start.enabled=false",
-        f"policies=[{{name: small, model: {tiny_model_dir}}}]", "engine.backend=hf",
+        f"policies=[{{name: small, model: {tiny_model_dir}, resources: {own}}}]", "engine.backend=hf",
+        "resources.actor_start_timeout_s=180",
         "resources.gpus_per_agent=1", "resources.gpus_learner=1", "resources.cpus_per_agent=0.25",
         "algorithm.groups_per_step=2", "algorithm.group_size=2", "reasoning.max_new_tokens=16", "schedule.steps=1",
         "schedule.eval_every=0", "logging.samples_every=0", "logging.tensorboard=false", "schedule.max_staleness=0",
@@ -72,7 +77,7 @@ def test_a_co_trained_policy_s_engine_and_learner_take_gpu_bundles_of_their_own(
     assert [r["step"] for r in records] == [1] and records[0]["small/learn/samples"] > 0
     for name in ("strat-agents", "strat-learner"):
         group = seen[name]
-        assert [b.get("GPU", 0) for b in group["bundles"].values()] == [1.0, 1.0], name
+        assert [b.get("GPU", 0) for b in group["bundles"].values()] == [1.0, gpus], name
         # Ray's per-bundle resource: its GPU is taken by the actor placed there (a free one would still be listed).
         taken = [free.get(f"GPU_group_{index}_{group['placement_group_id']}", 0.0) for index in group["bundles"]]
         assert taken == [0.0, 0.0], (name, taken)

@@ -100,6 +100,16 @@ def test_a_fixed_policy_has_no_algorithm_or_learner_settings(tmp_path: Path) -> 
         load_config(TWO, [f"policies=[{{name: small, model: {tmp_path}, train: false, algorithm: {{lam: 1.0}}}}]"])
     with pytest.raises(ConfigError, match=r"lora \(small\): only a co-trained policy \(train: true\) has a learner"):
         load_config(TWO, [f"policies=[{{name: small, model: {tmp_path}, train: false, lora: {{enabled: true}}}}]"])
+    with pytest.raises(ConfigError, match=r"resources.gpus_learner \(small\): only a co-trained policy"):
+        load_config(TWO, [f"policies=[{{name: small, model: {tmp_path}, train: false,"
+                          " resources: {gpus_learner: 1}}]"])
+
+
+def test_a_co_trained_learner_is_one_rank_on_at_most_one_gpu() -> None:
+    from strat.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"gpus_learner.*less than or equal to 1"):
+        load_config(TWO, ["policies=[{name: small, model: 'tiny:kuhn_poker', resources: {gpus_learner: 2}}]"])
 
 
 class _Learner:

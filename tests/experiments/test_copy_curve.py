@@ -1,0 +1,47 @@
+"""experiments/can_the_model_read_its_game/copy_curve.py: its training decisions are the probe's task with a legal
+move as the answer, and its loss is the targets' cross-entropy, checked against unpadded forward passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from strat.model import tiny
+
+from .conftest import experiment_module
+
+
+@pytest.fixture(scope="module")
+def curve():
+    yield from experiment_module("copy_curve")
+
+
+def test_each_decision_is_cut_where_the_probe_cuts_and_answered_with_a_legal_move(curve) -> None:
+    drawn = curve.decisions("tic_tac_toe", 2, 12, seed=3, options={}, name_legal=False)
+    assert len(drawn) == 12
+    for decision in drawn:
+        assert decision.move in decision.legal
+        assert decision.prefix.startswith("<past>") and decision.move not in decision.prefix.split("<their_view>")[1]
+    assert any(len(decision.legal) < 9 for decision in drawn)
+
+
+def test_the_loss_is_the_targets_cross_entropy(curve, tmp_path: Path) -> None:
+    """The padded batch's loss equals the mean over examples of each target's cross-entropy computed from that
+    example alone (no padding)."""
+    model_dir = tiny.build("tic_tac_toe", tmp_path / "ttt", seed=0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    batch = [curve.tokenized(tokenizer, d) for d in curve.decisions("tic_tac_toe", 1, 3, seed=5, options={},
+                                                                     name_legal=False)]
+    assert len({len(context) for context, _ in batch}) > 1, "the examples must need padding"
+    alone = []
+    with torch.no_grad():
+        for context, target in batch:
+            logprobs = torch.log_softmax(model(torch.tensor([context + target])).logits[0], dim=-1)
+            alone.append(-sum(float(logprobs[len(context) - 1 + k, token]) for k, token in enumerate(target))
+                         / len(target))
+        loss = curve.batch_loss(model, tokenizer.pad_token_id, batch)
+    assert float(loss) == pytest.approx(sum(alone) / len(alone), abs=1e-4)
