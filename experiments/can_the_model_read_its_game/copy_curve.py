@@ -1,0 +1,184 @@
+"""Can the stand-in model learn to name a legal cell at all, and from how many examples? (issue 41)
+
+The board probe (`perception_probes.py`) finds that a warm-started tiny model puts the probability of a model that
+ignores the board on legal cells at the first mention of its move, whatever the warm start's size. This script
+measures the learning curve of that one skill in isolation: it trains a model on the probe's own task (the prompt,
+a templated response cut at the first mention of the move, then a uniformly drawn legal move: a legal move, not a
+choice of strategy) with the loss on the move's tokens only, and prints the probe's figure on held-out decisions
+every `--every` examples.
+
+    python experiments/can_the_model_read_its_game/copy_curve.py --config configs/tic_tac_toe_tiny.yaml \\
+        --examples 20000 --every 2000 [--model DIR] [--lr 1e-3] [key=value ...]
+
+Training decisions come from seeded random games of seed `--train-seed` (default 1); the probe's come from seed 0,
+as `perception_probes.py --seed 0` draws them. Early positions recur in random play, so a probe decision can match
+a training one; the script prints the share of probe decisions whose prompt occurs among the training examples, and the
+figure over the unseen decisions alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from strat.process_env import apply_defaults
+
+apply_defaults()
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import perception_probes as probes  # noqa: E402
+
+from strat.algorithm.reasoning import build_messages, format_prompt  # noqa: E402
+from strat.train.warmstart import templated_response  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One training decision: the probe's context (prompt, templated response cut at the first mention of the move)
+    and the move that follows it, a uniformly drawn legal one."""
+
+    messages: list[dict[str, str]]
+    prefix: str
+    space: bool
+    """Whether the cut dropped a space before the move (it is then scored as " name")."""
+    move: str
+    legal: tuple[str, ...]
+
+
+def decisions(game: str, depth: int, count: int, seed: int, options: dict[str, object],
+              name_legal: bool) -> list[Decision]:
+    """`count` decisions of seeded random games of `seed` (`probes.board_decisions`), each cut as the probe cuts."""
+    rng = random.Random(seed + 1)
+    out = []
+    for env in probes.board_decisions(game, count, seed, options):
+        agent = env.agent_selection
+        move = rng.choice(env.legal_actions(agent))
+        response = templated_response(env, agent, move, depth, rng, name_legal)
+        name = env.action_name(move, agent)
+        prefix, space = probes.first_mention(response, name, depth)
+        out.append(Decision(build_messages(env, agent, depth), prefix, space, name,
+                            tuple(env.legal_action_names(agent))))
+    return out
+
+
+def tokenized(tokenizer, decision: Decision) -> tuple[list[int], list[int]]:  # noqa: ANN001
+    """(context ids, target ids) of a decision in the model's chat template."""
+    context = tokenizer(format_prompt(tokenizer, decision.messages) + decision.prefix,
+                        add_special_tokens=False)["input_ids"]
+    target = tokenizer((" " if decision.space else "") + decision.move, add_special_tokens=False)["input_ids"]
+    return context, target
+
+
+def probe_prompts(game: str, depth: int, states: int, options: dict[str, object]) -> list[str]:
+    return [build_messages(env, env.agent_selection, depth)[-1]["content"]
+            for env in probes.board_decisions(game, states, 0, options)]
+
+
+def ignoring(game: str, states: int, options: dict[str, object]) -> float:
+    """The probe's figure for a model that ignores the board: the mean share of legal moves among the names."""
+    fractions = [len(env.legal_action_names(env.agent_selection)) / len(env.all_action_names())
+                 for env in probes.board_decisions(game, states, 0, options)]
+    return sum(fractions) / len(fractions)
+
+
+def batch_loss(model, pad_id: int, batch: list[tuple[list[int], list[int]]]) -> torch.Tensor:  # noqa: ANN001
+    """Mean cross-entropy of the target tokens given their context (right-padded batch)."""
+    rows = [context + target for context, target in batch]
+    width = max(map(len, rows))
+    ids = torch.tensor([row + [pad_id] * (width - len(row)) for row in rows])
+    mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+    logits = model(input_ids=ids, attention_mask=mask).logits
+    losses = []
+    for k, (context, target) in enumerate(batch):
+        positions = torch.arange(len(context) - 1, len(context) + len(target) - 1)
+        losses.append(torch.nn.functional.cross_entropy(logits[k, positions].float(), torch.tensor(target)))
+    return torch.stack(losses).mean()
+
+
+def main() -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from strat.config_loading import load_config
+    from strat.train.trainer import Trainer
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--model", type=Path, help="a model directory instead of the config's initial policy")
+    parser.add_argument("--examples", type=int, default=20000)
+    parser.add_argument("--every", type=int, default=2000, help="probe every this many examples")
+    parser.add_argument("--states", type=int, default=60, help="the probe's held-out decisions")
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--train-seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")
+    args = parser.parse_args()
+    if args.train_seed == 0:
+        parser.error("--train-seed 0 draws the probe's own decisions")
+    torch.set_num_threads(args.threads)
+    config = load_config(args.config, list(args.overrides))
+    game, depth, options = config.game.name, config.reasoning.depth, dict(config.game.options)
+    if game not in probes.BOARD_GAMES:
+        parser.error(f"the copy curve is for the board games ({', '.join(probes.BOARD_GAMES)})")
+    name_legal = config.warm_start.name_legal_moves
+    model_dir = args.model or Trainer.initial_model_path(config)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
+    print(f"{game}, depth {depth}, model {model_dir}, lr {args.lr}, batch {args.batch}, list {name_legal}", flush=True)
+    started = time.monotonic()
+    drawn = decisions(game, depth, args.examples, args.train_seed, options, name_legal)
+    examples = [tokenized(tokenizer, decision) for decision in drawn]
+    seen = {decision.messages[-1]["content"] for decision in drawn}
+    held_out = probe_prompts(game, depth, args.states, options)
+    overlap = sum(prompt in seen for prompt in held_out) / len(held_out)
+    print(f"{len(examples)} examples in {time.monotonic() - started:.0f} s; {overlap:.2f} of the probe's decisions "
+          f"occur among them; ignoring the board gives {ignoring(game, args.states, options):.3f}", flush=True)
+
+    def probe(done: int, loss: float) -> None:
+        model.eval()
+        scorer = probes.model_scorer(model, tokenizer)
+        rng = random.Random(1)  # as `probes.legal_mass` draws its mentions (seed + 1)
+        shares: dict[bool, list[float]] = {True: [], False: []}
+        blind: list[float] = []  # the unseen decisions' share of legal names: a model ignoring the board's figure
+        for env in probes.board_decisions(game, args.states, 0, options):
+            agent = env.agent_selection
+            names, legal = env.all_action_names(), set(env.legal_action_names(agent))
+            messages, prefix, space = probes.mention_context(env, agent, depth, rng, name_legal)
+            probabilities = scorer(messages, prefix, names, space)
+            known = messages[-1]["content"] in seen
+            shares[known].append(sum(p for n, p in probabilities.items() if n in legal))
+            if not known:
+                blind.append(len(legal) / len(names))
+        model.train()
+        every = probes.t_interval(shares[True] + shares[False])
+        unseen = (f"{probes.t_interval(shares[False])} (ignoring the board {sum(blind) / len(blind):.3f})"
+                  if blind else "none")
+        print(f"examples {done:6d}  loss {loss:.3f}  legal mass {every}  unseen decisions {unseen}  "
+              f"{time.monotonic() - started:.0f} s", flush=True)
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    rng = random.Random(args.train_seed)
+    rng.shuffle(examples)
+    probe(0, float("nan"))
+    model.train()
+    recent: list[float] = []
+    for start in range(0, len(examples), args.batch):
+        loss = batch_loss(model, tokenizer.pad_token_id, examples[start:start + args.batch])
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        recent = (recent + [loss.item()])[-50:]
+        done = min(start + args.batch, len(examples))
+        if done // args.every != start // args.every or done == len(examples):
+            probe(done, sum(recent) / len(recent))
+
+
+if __name__ == "__main__":
+    main()
