@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -51,9 +52,24 @@ class Decision:
     legal: tuple[str, ...]
 
 
+def one_token_names(names: list[str]) -> dict[str, str]:
+    """Each move name's stand-in of one digit (1-9 in the game's order), which every tokenizer here keeps as one
+    token: a cell such as "b2" is two (" b", "2")."""
+    if len(names) > 9:
+        raise ValueError(f"{len(names)} move names: one digit each needs at most 9")
+    return {name: str(index + 1) for index, name in enumerate(names)}
+
+
+def renamed(text: str, names: dict[str, str]) -> str:
+    """`text` with every move name (a whole word) replaced by its stand-in."""
+    pattern = re.compile(r"(?<![\w])(" + "|".join(map(re.escape, names)) + r")(?![\w])")
+    return pattern.sub(lambda found: names[found.group(1)], text)
+
+
 def decisions(game: str, depth: int, count: int, seed: int, options: dict[str, object],
-              name_legal: bool) -> list[Decision]:
-    """`count` decisions of seeded random games of `seed` (`probes.board_decisions`), each cut as the probe cuts."""
+              name_legal: bool, one_token: bool = False) -> list[Decision]:
+    """`count` decisions of seeded random games of `seed` (`probes.board_decisions`), each cut as the probe cuts;
+    with `one_token`, every move name in the texts is replaced by a one-digit stand-in (`one_token_names`)."""
     rng = random.Random(seed + 1)
     out = []
     for env in probes.board_decisions(game, count, seed, options):
@@ -62,8 +78,13 @@ def decisions(game: str, depth: int, count: int, seed: int, options: dict[str, o
         response = templated_response(env, agent, move, depth, rng, name_legal)
         name = env.action_name(move, agent)
         prefix, space = probes.first_mention(response, name, depth)
-        out.append(Decision(build_messages(env, agent, depth), prefix, space, name,
-                            tuple(env.legal_action_names(agent))))
+        decision = Decision(build_messages(env, agent, depth), prefix, space, name,
+                            tuple(env.legal_action_names(agent)))
+        if one_token:
+            names = one_token_names(env.all_action_names())
+            decision = Decision([{**m, "content": renamed(m["content"], names)} for m in decision.messages],
+                                renamed(prefix, names), space, names[name], tuple(names[n] for n in decision.legal))
+        out.append(decision)
     return out
 
 
@@ -117,6 +138,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--train-seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--one-token", action="store_true", help="replace each move name by a one-digit stand-in in"
+                        " every text, training and probe alike (is the two-token name what the model cannot copy?)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")
     args = parser.parse_args()
     if args.train_seed == 0:
@@ -130,9 +153,10 @@ def main() -> None:
     model_dir = args.model or Trainer.initial_model_path(config)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
-    print(f"{game}, depth {depth}, model {model_dir}, lr {args.lr}, batch {args.batch}, list {name_legal}", flush=True)
+    print(f"{game}, depth {depth}, model {model_dir}, lr {args.lr}, batch {args.batch}, list {name_legal}, one-token"
+          f" names {args.one_token}", flush=True)
     started = time.monotonic()
-    drawn = decisions(game, depth, args.examples, args.train_seed, options, name_legal)
+    drawn = decisions(game, depth, args.examples, args.train_seed, options, name_legal, args.one_token)
     examples = [tokenized(tokenizer, decision) for decision in drawn]
     seen = {decision.messages[-1]["content"] for decision in drawn}
     held_out = probe_prompts(game, depth, args.states, options)
@@ -150,6 +174,11 @@ def main() -> None:
             agent = env.agent_selection
             names, legal = env.all_action_names(), set(env.legal_action_names(agent))
             messages, prefix, space = probes.mention_context(env, agent, depth, rng, name_legal)
+            if args.one_token:
+                stand_in = one_token_names(names)
+                messages = [{**m, "content": renamed(m["content"], stand_in)} for m in messages]
+                prefix, names = renamed(prefix, stand_in), [stand_in[n] for n in names]
+                legal = {stand_in[n] for n in legal}
             probabilities = scorer(messages, prefix, names, space)
             known = messages[-1]["content"] in seen
             shares[known].append(sum(p for n, p in probabilities.items() if n in legal))

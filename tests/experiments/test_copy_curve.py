@@ -45,3 +45,14 @@ def test_the_loss_is_the_targets_cross_entropy(curve, tmp_path: Path) -> None:
                          / len(target))
         loss = curve.batch_loss(model, tokenizer.pad_token_id, batch)
     assert float(loss) == pytest.approx(sum(alone) / len(alone), abs=1e-4)
+
+
+def test_one_token_names_replace_every_whole_move_name(curve) -> None:
+    names = curve.one_token_names(["a1", "b1", "c1", "a2", "b2", "c2", "a3", "b3", "c3"])
+    assert names["a1"] == "1" and names["b2"] == "5" and names["c3"] == "9"
+    assert curve.renamed("Legal actions: b1, c3. <action>b2</action> ab1 b12", names) == \
+        "Legal actions: 2, 9. <action>5</action> ab1 b12"
+    drawn = curve.decisions("tic_tac_toe", 2, 4, seed=3, options={}, name_legal=False, one_token=True)
+    for decision in drawn:
+        assert decision.move in decision.legal and all(len(name) == 1 for name in decision.legal)
+        assert f"Legal actions: {', '.join(decision.legal)}" in decision.messages[-1]["content"]
