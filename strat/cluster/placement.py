@@ -263,9 +263,9 @@ GROUP_STRATEGY: Strategy = "PACK"
 _NEED_KEY = {
     "agent": "resources.gpus_per_agent x engine.tensor_parallel_size",
     "snapshot": "resources.gpus_per_agent x engine.tensor_parallel_size",
-    "fixed": "resources.gpus_per_agent x engine.tensor_parallel_size",
-    "cotrained": "resources.gpus_per_agent x engine.tensor_parallel_size",
-    "cotrained_learner": "resources.gpus_learner",
+    "fixed": "resources.gpus_per_agent x engine.tensor_parallel_size, or the policy's own resources",
+    "cotrained": "resources.gpus_per_agent x engine.tensor_parallel_size, or the policy's own resources",
+    "cotrained_learner": "resources.gpus_learner, or the policy's own resources.gpus_learner",
     "rollout_worker": "resources.cpus_per_worker",
     "comparator": "resources.gpus_comparator",
     "learner": "resources.gpus_learner",
