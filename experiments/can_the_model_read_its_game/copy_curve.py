@@ -96,9 +96,13 @@ def tokenized(tokenizer, decision: Decision) -> tuple[list[int], list[int]]:  # 
     return context, target
 
 
-def probe_prompts(game: str, depth: int, states: int, options: dict[str, object]) -> list[str]:
-    return [build_messages(env, env.agent_selection, depth)[-1]["content"]
-            for env in probes.board_decisions(game, states, 0, options)]
+def probe_prompts(game: str, depth: int, states: int, options: dict[str, object], one_token: bool) -> list[str]:
+    """The user message of each of the probe's decisions (renamed as the training decisions are)."""
+    out = []
+    for env in probes.board_decisions(game, states, 0, options):
+        prompt = build_messages(env, env.agent_selection, depth)[-1]["content"]
+        out.append(renamed(prompt, one_token_names(env.all_action_names())) if one_token else prompt)
+    return out
 
 
 def ignoring(game: str, states: int, options: dict[str, object]) -> float:
@@ -159,7 +163,7 @@ def main() -> None:
     drawn = decisions(game, depth, args.examples, args.train_seed, options, name_legal, args.one_token)
     examples = [tokenized(tokenizer, decision) for decision in drawn]
     seen = {decision.messages[-1]["content"] for decision in drawn}
-    held_out = probe_prompts(game, depth, args.states, options)
+    held_out = probe_prompts(game, depth, args.states, options, args.one_token)
     overlap = sum(prompt in seen for prompt in held_out) / len(held_out)
     print(f"{len(examples)} examples in {time.monotonic() - started:.0f} s; {overlap:.2f} of the probe's decisions "
           f"occur among them; ignoring the board gives {ignoring(game, args.states, options):.3f}", flush=True)
