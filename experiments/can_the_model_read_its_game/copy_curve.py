@@ -50,6 +50,8 @@ class Decision:
     """Whether the cut dropped a space before the move (it is then scored as " name")."""
     move: str
     legal: tuple[str, ...]
+    names: tuple[str, ...]
+    """Every move name of the game (the probe's candidates)."""
 
 
 def one_token_names(names: list[str]) -> dict[str, str]:
@@ -79,37 +81,46 @@ def decisions(game: str, depth: int, count: int, seed: int, options: dict[str, o
         name = env.action_name(move, agent)
         prefix, space = probes.first_mention(response, name, depth)
         decision = Decision(build_messages(env, agent, depth), prefix, space, name,
-                            tuple(env.legal_action_names(agent)))
+                            tuple(env.legal_action_names(agent)), tuple(env.all_action_names()))
         if one_token:
             names = one_token_names(env.all_action_names())
             decision = Decision([{**m, "content": renamed(m["content"], names)} for m in decision.messages],
-                                renamed(prefix, names), space, names[name], tuple(names[n] for n in decision.legal))
+                                renamed(prefix, names), space, names[name], tuple(names[n] for n in decision.legal),
+                                tuple(names.values()))
         out.append(decision)
     return out
 
 
-def tokenized(tokenizer, decision: Decision) -> tuple[list[int], list[int]]:  # noqa: ANN001
-    """(context ids, target ids) of a decision in the model's chat template."""
-    context = tokenizer(format_prompt(tokenizer, decision.messages) + decision.prefix,
-                        add_special_tokens=False)["input_ids"]
-    target = tokenizer((" " if decision.space else "") + decision.move, add_special_tokens=False)["input_ids"]
-    return context, target
+CONTEXTS = ("full", "legal")
+"""`full`: the probe's context (the whole prompt in the chat template, the response up to the mention); `legal`: the
+prompt's `Legal actions:` line alone, then "I play" (is the prompt's length what the model cannot read through?)."""
 
 
-def probe_prompts(game: str, depth: int, states: int, options: dict[str, object], one_token: bool) -> list[str]:
-    """The user message of each of the probe's decisions (renamed as the training decisions are)."""
-    out = []
-    for env in probes.board_decisions(game, states, 0, options):
-        prompt = build_messages(env, env.agent_selection, depth)[-1]["content"]
-        out.append(renamed(prompt, one_token_names(env.all_action_names())) if one_token else prompt)
-    return out
+def context_ids(tokenizer, decision: Decision, context: str = "full") -> tuple[list[int], bool]:  # noqa: ANN001
+    """The ids before the move, and whether the move follows a space."""
+    if context == "legal":
+        user = decision.messages[-1]["content"]
+        line = next(line for line in user.splitlines() if line.startswith("Legal actions:"))
+        return tokenizer(line + "\nI play", add_special_tokens=False)["input_ids"], True
+    text = format_prompt(tokenizer, decision.messages) + decision.prefix
+    return tokenizer(text, add_special_tokens=False)["input_ids"], decision.space
 
 
-def ignoring(game: str, states: int, options: dict[str, object]) -> float:
-    """The probe's figure for a model that ignores the board: the mean share of legal moves among the names."""
-    fractions = [len(env.legal_action_names(env.agent_selection)) / len(env.all_action_names())
-                 for env in probes.board_decisions(game, states, 0, options)]
-    return sum(fractions) / len(fractions)
+def tokenized(tokenizer, decision: Decision, context: str = "full") -> tuple[list[int], list[int]]:  # noqa: ANN001
+    """(context ids, target ids) of a decision."""
+    ids, space = context_ids(tokenizer, decision, context)
+    return ids, tokenizer((" " if space else "") + decision.move, add_special_tokens=False)["input_ids"]
+
+
+def legal_shares(model, tokenizer, held_out: list[Decision], context: str = "full") -> list[float]:  # noqa: ANN001
+    """Each decision's share of the move names' probability on its legal moves (`perception_probes.legal_mass`'s
+    per-decision figure with the full context)."""
+    shares = []
+    for decision in held_out:
+        ids, space = context_ids(tokenizer, decision, context)
+        probabilities = probes.name_probabilities(model, tokenizer, ids, decision.names, space)
+        shares.append(sum(probabilities[name] for name in decision.legal))
+    return shares
 
 
 def batch_loss(model, pad_id: int, batch: list[tuple[list[int], list[int]]]) -> torch.Tensor:  # noqa: ANN001
@@ -142,6 +153,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--train-seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--context", choices=CONTEXTS, default="full", help="full: the probe's context; legal: the"
+                        " prompt's legal-moves line alone")
     parser.add_argument("--one-token", action="store_true", help="replace each move name by a one-digit stand-in in"
                         " every text, training and probe alike (is the two-token name what the model cannot copy?)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")
@@ -158,42 +171,29 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
     print(f"{game}, depth {depth}, model {model_dir}, lr {args.lr}, batch {args.batch}, list {name_legal}, one-token"
-          f" names {args.one_token}", flush=True)
+          f" names {args.one_token}, context {args.context}", flush=True)
     started = time.monotonic()
     drawn = decisions(game, depth, args.examples, args.train_seed, options, name_legal, args.one_token)
-    examples = [tokenized(tokenizer, decision) for decision in drawn]
+    examples = [tokenized(tokenizer, decision, args.context) for decision in drawn]
     seen = {decision.messages[-1]["content"] for decision in drawn}
-    held_out = probe_prompts(game, depth, args.states, options, args.one_token)
-    overlap = sum(prompt in seen for prompt in held_out) / len(held_out)
-    print(f"{len(examples)} examples in {time.monotonic() - started:.0f} s; {overlap:.2f} of the probe's decisions "
-          f"occur among them; ignoring the board gives {ignoring(game, args.states, options):.3f}", flush=True)
+    held_out = decisions(game, depth, args.states, 0, options, name_legal, args.one_token)  # the probe's own
+    known = [decision.messages[-1]["content"] in seen for decision in held_out]
+    blind = [len(d.legal) / len(d.names) for d in held_out]
+    print(f"{len(examples)} examples in {time.monotonic() - started:.0f} s; {sum(known) / len(known):.2f} of the"
+          f" probe's decisions occur among them; ignoring the board gives {sum(blind) / len(blind):.3f}", flush=True)
 
     def probe(done: int, loss: float) -> None:
+        """The board probe's figure (`perception_probes.legal_mass`: the same decisions and cuts with the full
+        context), over every held-out decision and over those whose prompt training never showed."""
         model.eval()
-        scorer = probes.model_scorer(model, tokenizer)
-        rng = random.Random(1)  # as `probes.legal_mass` draws its mentions (seed + 1)
-        shares: dict[bool, list[float]] = {True: [], False: []}
-        blind: list[float] = []  # the unseen decisions' share of legal names: a model ignoring the board's figure
-        for env in probes.board_decisions(game, args.states, 0, options):
-            agent = env.agent_selection
-            names, legal = env.all_action_names(), set(env.legal_action_names(agent))
-            messages, prefix, space = probes.mention_context(env, agent, depth, rng, name_legal)
-            if args.one_token:
-                stand_in = one_token_names(names)
-                messages = [{**m, "content": renamed(m["content"], stand_in)} for m in messages]
-                prefix, names = renamed(prefix, stand_in), [stand_in[n] for n in names]
-                legal = {stand_in[n] for n in legal}
-            probabilities = scorer(messages, prefix, names, space)
-            known = messages[-1]["content"] in seen
-            shares[known].append(sum(p for n, p in probabilities.items() if n in legal))
-            if not known:
-                blind.append(len(legal) / len(names))
+        shares = legal_shares(model, tokenizer, held_out, args.context)
         model.train()
-        every = probes.t_interval(shares[True] + shares[False])
-        unseen = (f"{probes.t_interval(shares[False])} (ignoring the board {sum(blind) / len(blind):.3f})"
-                  if blind else "none")
-        print(f"examples {done:6d}  loss {loss:.3f}  legal mass {every}  unseen decisions {unseen}  "
-              f"{time.monotonic() - started:.0f} s", flush=True)
+        unseen = [share for share, seen_before in zip(shares, known, strict=True) if not seen_before]
+        unseen_blind = [b for b, seen_before in zip(blind, known, strict=True) if not seen_before]
+        figure = (f"{probes.t_interval(unseen)} (ignoring the board {sum(unseen_blind) / len(unseen_blind):.3f})"
+                  if unseen else "none")
+        print(f"examples {done:6d}  loss {loss:.3f}  legal mass {probes.t_interval(shares)}  unseen decisions"
+              f" {figure}  {time.monotonic() - started:.0f} s", flush=True)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     rng = random.Random(args.train_seed)

@@ -56,3 +56,19 @@ def test_one_token_names_replace_every_whole_move_name(curve) -> None:
     for decision in drawn:
         assert decision.move in decision.legal and all(len(name) == 1 for name in decision.legal)
         assert f"Legal actions: {', '.join(decision.legal)}" in decision.messages[-1]["content"]
+
+
+def test_the_figure_is_the_board_probe_s_and_the_short_context_is_the_legal_line(curve, tmp_path: Path) -> None:
+    """With the full context the held-out figure is `perception_probes.legal_mass`'s on the same decisions; the
+    `legal` context is the prompt's legal-moves line and "I play"."""
+    import perception_probes as probes
+
+    model_dir = tiny.build("tic_tac_toe", tmp_path / "ttt", seed=0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    held_out = curve.decisions("tic_tac_toe", 2, 5, seed=0, options={}, name_legal=False)
+    shares = curve.legal_shares(model, tokenizer, held_out)
+    expected = probes.legal_mass(probes.model_scorer(model, tokenizer), "tic_tac_toe", states=5, seed=0, depth=2)
+    assert sum(shares) / len(shares) == pytest.approx(expected.share.mean, abs=1e-6)
+    ids, space = curve.context_ids(tokenizer, held_out[0], "legal")
+    assert space and tokenizer.decode(ids) == f"Legal actions: {', '.join(held_out[0].legal)}\nI play"
