@@ -91,9 +91,10 @@ def decisions(game: str, depth: int, count: int, seed: int, options: dict[str, o
     return out
 
 
-CONTEXTS = ("full", "legal")
-"""`full`: the probe's context (the whole prompt in the chat template, the response up to the mention); `legal`: the
-prompt's `Legal actions:` line alone, then "I play" (is the prompt's length what the model cannot read through?)."""
+CONTEXTS = ("full", "user", "legal")
+"""`full`: the probe's context (the whole prompt in the chat template, the response up to the mention); `user`: the
+same without the system message (the rules and the format: most of the prompt's length); `legal`: the prompt's
+`Legal actions:` line alone, then "I play" (is the prompt's length what the model cannot read through?)."""
 
 
 def context_ids(tokenizer, decision: Decision, context: str = "full") -> tuple[list[int], bool]:  # noqa: ANN001
@@ -102,7 +103,8 @@ def context_ids(tokenizer, decision: Decision, context: str = "full") -> tuple[l
         user = decision.messages[-1]["content"]
         line = next(line for line in user.splitlines() if line.startswith("Legal actions:"))
         return tokenizer(line + "\nI play", add_special_tokens=False)["input_ids"], True
-    text = format_prompt(tokenizer, decision.messages) + decision.prefix
+    messages = decision.messages if context == "full" else [m for m in decision.messages if m["role"] != "system"]
+    text = format_prompt(tokenizer, messages) + decision.prefix
     return tokenizer(text, add_special_tokens=False)["input_ids"], decision.space
 
 
@@ -153,8 +155,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--train-seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--context", choices=CONTEXTS, default="full", help="full: the probe's context; legal: the"
-                        " prompt's legal-moves line alone")
+    parser.add_argument("--context", choices=CONTEXTS, default="full", help="full: the probe's context; user: it"
+                        " without the system message; legal: the prompt's legal-moves line alone")
     parser.add_argument("--one-token", action="store_true", help="replace each move name by a one-digit stand-in in"
                         " every text, training and probe alike (is the two-token name what the model cannot copy?)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")

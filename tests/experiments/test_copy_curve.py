@@ -72,3 +72,7 @@ def test_the_figure_is_the_board_probe_s_and_the_short_context_is_the_legal_line
     assert sum(shares) / len(shares) == pytest.approx(expected.share.mean, abs=1e-6)
     ids, space = curve.context_ids(tokenizer, held_out[0], "legal")
     assert space and tokenizer.decode(ids) == f"Legal actions: {', '.join(held_out[0].legal)}\nI play"
+    full, _ = curve.context_ids(tokenizer, held_out[0], "full")
+    user, _ = curve.context_ids(tokenizer, held_out[0], "user")
+    assert "Rules:" in tokenizer.decode(full) and "Rules:" not in tokenizer.decode(user)
+    assert tokenizer.decode(user).endswith(held_out[0].prefix) and len(user) < len(full)
