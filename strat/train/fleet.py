@@ -135,7 +135,6 @@ class Fleet:
         res = config.resources
         check_resources(config, ray.cluster_resources())
         self._engine_settings = engine_settings(config)
-        env = actor_options
         if needs_placement(config):
             # One placement group per role; a plan that cannot fit is refused here, before any actor.
             self.placement = reserve(plan_placement(config, cluster_from_ray(ray.nodes())), res.actor_start_timeout_s)
@@ -143,8 +142,9 @@ class Fleet:
         check_shared_storage(config, self.run_dir, self.model_path, self.placement,
                              [(policy.name, str(policy.model_dir)) for policy in self.fixed_policies])
         # An agent's engine holds all of its tensor-parallel GPUs.
-        self._agent_cls = (AgentActor, env(res.cpus_per_agent, res.gpus_per_agent * config.engine.tensor_parallel_size))
-        self._worker_cls = (RolloutWorker, env(res.cpus_per_worker, 0))
+        self._agent_cls = (AgentActor,
+                           actor_options(res.cpus_per_agent, res.gpus_per_agent * config.engine.tensor_parallel_size))
+        self._worker_cls = (RolloutWorker, actor_options(res.cpus_per_worker, 0))
         self.agents = [self._new_agent(index=i) for i in range(res.agents)]
         self.snapshot = None
         if past_policy_agent(config):  # the snapshot opponent's, or the league's
@@ -156,14 +156,15 @@ class Fleet:
         self.workers = [self._new_worker(i) for i in range(res.rollout_workers)]
         weights = config.comparison.weights
         self.comparator = CoTComparator.options(
-            **env(res.cpus_comparator, res.gpus_comparator), **self._placed("comparator")
+            **actor_options(res.cpus_comparator, res.gpus_comparator), **self._placed("comparator")
         ).remote(ComparisonWeights(weights.predict, weights.belief, weights.agreement), agreement_settings(config),
                  self.judges(), config.comparison.skip_forced, config.comparison.prediction_target,
                  config.comparison.belief_target)
         # One handle for all learner ranks (data-parallel FSDP2 when there are several).
         self.learner = LearnerGroup.start(
             self.model_path, learner_settings(config), res.learner_world_size,
-            lambda rank: {**env(res.cpus_learner, res.gpus_per_learner_rank), **self._placed("learner", rank)},
+            lambda rank: {**actor_options(res.cpus_learner, res.gpus_per_learner_rank),
+                          **self._placed("learner", rank)},
             res.actor_start_timeout_s,
         )
         self.sync = WeightSync(config, self.run_dir, self.learner, lambda: self.agents, lambda: self.snapshot,
@@ -175,7 +176,7 @@ class Fleet:
                 settings = learner_settings(own)  # its own lr, loss, KL and adapters
                 # One rank, in its own bundle of the learner group (a GPU of its own on a GPU run).
                 placed = self._placed("cotrained_learner", cotrained.index(policy.name))
-                learner_env = env(own.resources.cpus_learner, own.resources.gpus_per_learner_rank)
+                learner_env = actor_options(own.resources.cpus_learner, own.resources.gpus_per_learner_rank)
                 self.policy_learners[policy.name] = LearnerGroup.start(
                     str(policy.model_dir), settings, 1, lambda rank, placed=placed, le=learner_env: {**le, **placed},
                     res.actor_start_timeout_s)

@@ -175,7 +175,9 @@ def test_a_co_trained_policy_s_advantages_follow_its_own_settings(tmp_path: Path
     (samples,) = fleet.policy_learners["small"].updates
     assert [s.agent for s in samples] == ["player_1", "player_1"]
     assert [s.advantage for s in samples] == pytest.approx(expected, abs=1e-5)
-    assert "small/reward/mean" in record or any(key.startswith("small/") for key in record)
+    # Its figures under its name: its seat's mean return (+2 and -2) and its two games.
+    assert record["small/reward/mean"] == pytest.approx(0.0) and record["small/episodes/count"] == 2
+    assert all(key.startswith("small/") for key in record)
 
 
 @pytest.mark.parametrize(("settings", "refreshed"), [("{}", 1), ("{kl_reference: initial}", 0)])
