@@ -53,13 +53,32 @@ def pin_hub_names(config: ExperimentConfig) -> ExperimentConfig:
 
 
 def _apply_override(tree: dict[str, Any], parts: list[str], value: Any) -> None:
-    node = tree
-    for depth, part in enumerate(parts[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"{'.'.join(parts[: depth + 1])} is a value, not a section")
-        node = child
-    node[parts[-1]] = value
+    """Set `value` at the dotted key `parts` of `tree`; a number steps into a list by index (`policies.1.lr`,
+    `game.opponents.0.weight`), so one entry of a list can be changed without restating the list."""
+    node: Any = tree
+    for depth, part in enumerate(parts):
+        where = ".".join(parts[: depth + 1])
+        last = depth == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit():
+                raise ConfigError(f"{'.'.join(parts[:depth])} is a list: step into it by index ({where!r} is not one)")
+            index = int(part)
+            if index >= len(node):
+                raise ConfigError(f"{where}: the list {'.'.join(parts[:depth])} has {len(node)} entries (0 to"
+                                  f" {len(node) - 1}); restate the whole list to add one")
+            if last:
+                node[index] = value
+            else:
+                node = node[index]
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError(f"{'.'.join(parts[:depth])} is a value, not a section")
+        if last:
+            node[part] = value
+        elif part not in node and parts[depth + 1].isdigit():
+            raise ConfigError(f"{where} is not in the config file: restate the whole list ({where}=[...])")
+        else:
+            node = node.setdefault(part, {})
 
 
 def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:

@@ -69,9 +69,12 @@ def resumable(key: str) -> bool:
 
 def _value_at(tree: Any, parts: list[str]) -> Any:
     for part in parts:
-        if not isinstance(tree, dict) or part not in tree:
+        if isinstance(tree, list) and part.isdigit() and int(part) < len(tree):
+            tree = tree[int(part)]
+        elif isinstance(tree, dict) and part in tree:
+            tree = tree[part]
+        else:
             return None
-        tree = tree[part]
     return tree
 
 

@@ -42,6 +42,33 @@ def test_learner_ranks_are_cpu_ranks_or_one_per_gpu(overrides: list[str], ranks:
     assert (resources.learner_world_size, resources.gpus_per_learner_rank) == (ranks, gpus_each)
 
 
+def test_overrides_step_into_lists_by_index() -> None:
+    """One entry of a list (a policy, an opponent) is changed without restating the list; the rest keep the file's."""
+    two = ROOT / "configs" / "kuhn_poker_two_policies_tiny.yaml"
+    config = load_config(two, ["policies.0.lr=1.0e-4", "policies.0.algorithm.advantage_mode=outcome"])
+    (small,) = config.policies
+    assert small.name == "small" and small.lr == 1.0e-4
+    assert small.algorithm.advantage_mode == "outcome"
+    assert small.tiny.hidden_size == 64  # the file's other keys of the entry kept
+    weights = [o.weight for o in load_config(DEFAULT, ["game.opponents.2.weight=0.5"]).game.opponents]
+    assert weights == [0.6, 0.2, 0.5]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["game.opponents.3.weight=1"], "game.opponents.3: the list game.opponents has 3 entries (0 to 2)"),
+        (["game.opponents.self.weight=1"], "game.opponents is a list: step into it by index ('game.opponents.self'"),
+        (["policies.0.lr=1e-4"], "policies is not in the config file: restate the whole list (policies=[...])"),
+    ],
+)
+def test_list_index_overrides_are_refused_in_one_line(overrides: list[str], expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(DEFAULT, overrides)
+    assert expected in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
 def test_override_values_are_yaml_typed() -> None:
     assert parse_override("a.b=3") == (["a", "b"], 3)
     assert parse_override("a=0.5") == (["a"], 0.5)

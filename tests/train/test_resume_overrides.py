@@ -48,7 +48,8 @@ def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
 
 def test_allowed_overrides_are_applied_written_and_recorded_with_their_step(run_dir: Path, started: list) -> None:
     overrides = ["schedule.steps=6", "algorithm.lr=0.0001", "engine.backend=hf", "eval.games=50",
-                 "reasoning.depth=1", "game.name=kuhn_poker"]  # the last two keep the saved values: no change
+                 "reasoning.depth=1", "game.name=kuhn_poker", "game.opponents.0.weight=0.6"]
+    # the last three keep the saved values (the third by a list index): no change
     trainer.train(None, overrides, resume=str(run_dir))
     [config] = started
     assert (config.schedule.steps, config.algorithm.lr, config.engine.backend, config.eval.games) == (6, 1e-4, "hf", 50)
