@@ -282,7 +282,7 @@ def plan(config: ExperimentConfig, cluster: ClusterSpec) -> Plan:
     for role, _, _, bundle in rows:
         if bundle.gpus > cluster.max_node_gpus + _EPS:
             engine_role = role in ("agent", "snapshot", "fixed", "cotrained")
-            what = "a tensor-parallel engine" if engine_role and bundle.gpus > 1 else "its actor"
+            what = "its engine" if engine_role else "its actor"
             raise PlacementError(
                 f"{role}: {what} needs {bundle.gpus:g} GPUs on one node ({_NEED_KEY[role]}) "
                 f"but the largest node has {cluster.max_node_gpus:g} ({where})"

@@ -47,7 +47,7 @@ def test_tensor_parallel_engine_larger_than_a_node_is_refused() -> None:
         plan(gpu_config(tp=16), parse_cluster("nodes=2,gpus_per_node=8"))
     message = str(err.value)
     assert "\n" not in message
-    assert message.startswith("agent: a tensor-parallel engine needs 16 GPUs on one node")
+    assert message.startswith("agent: its engine needs 16 GPUs on one node")
     assert "largest node has 8" in message and "nodes=2,gpus_per_node=8" in message
 
 
@@ -180,7 +180,7 @@ def test_a_policy_s_own_resources_size_its_bundles() -> None:
                       "cotrained[small]": ("agents", 2.0), "learner[0]": ("learner", 1.0),
                       "cotrained_learner[small]": ("learner", 0.5)}
     assert required_resources(config)["GPU"] == pytest.approx(5.0)
-    with pytest.raises(PlacementError, match=r"cotrained: a tensor-parallel engine needs 2 GPUs on one node"):
+    with pytest.raises(PlacementError, match=r"cotrained: its engine needs 2 GPUs on one node"):
         plan(config, parse_cluster("nodes=5,gpus_per_node=1"))
     fractional = policies.replace("gpus_per_agent: 1, tensor", "gpus_per_agent: 0.5, tensor") % (REPO / "configs")
     with pytest.raises(PlacementError, match=r"cotrained\[small\]: engine.tensor_parallel_size=2 needs whole GPUs"
