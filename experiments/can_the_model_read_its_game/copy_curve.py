@@ -108,6 +108,18 @@ def context_ids(tokenizer, decision: Decision, context: str = "full") -> tuple[l
     return tokenizer(text, add_special_tokens=False)["input_ids"], decision.space
 
 
+def curriculum(text: str) -> list[tuple[str, int]]:
+    """`--curriculum`'s stages, in order: "legal:8000,user:8000" -> [("legal", 8000), ("user", 8000)]."""
+    stages = []
+    for part in filter(None, (piece.strip() for piece in text.split(","))):
+        context, _, count = part.partition(":")
+        if context not in CONTEXTS or not count.isdigit() or int(count) <= 0:
+            raise ValueError(f"--curriculum stage {part!r}: expected CONTEXT:EXAMPLES with CONTEXT one of"
+                             f" {', '.join(CONTEXTS)}, e.g. legal:8000")
+        stages.append((context, int(count)))
+    return stages
+
+
 def tokenized(tokenizer, decision: Decision, context: str = "full") -> tuple[list[int], list[int]]:  # noqa: ANN001
     """(context ids, target ids) of a decision."""
     ids, space = context_ids(tokenizer, decision, context)
@@ -159,10 +171,17 @@ def main() -> None:
                         " without the system message; legal: the prompt's legal-moves line alone")
     parser.add_argument("--one-token", action="store_true", help="replace each move name by a one-digit stand-in in"
                         " every text, training and probe alike (is the two-token name what the model cannot copy?)")
+    parser.add_argument("--curriculum", default="", help="stages trained before `--examples` in the probed"
+                        " context, e.g. legal:8000,user:8000 (their own decisions of the same seed; the figure stays"
+                        " that of --context)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")
     args = parser.parse_args()
     if args.train_seed == 0:
         parser.error("--train-seed 0 draws the probe's own decisions")
+    try:
+        stages = [*curriculum(args.curriculum), (args.context, args.examples)]
+    except ValueError as err:
+        parser.error(str(err))
     torch.set_num_threads(args.threads)
     config = load_config(args.config, list(args.overrides))
     game, depth, options = config.game.name, config.reasoning.depth, dict(config.game.options)
@@ -173,10 +192,18 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
     print(f"{game}, depth {depth}, model {model_dir}, lr {args.lr}, batch {args.batch}, list {name_legal}, one-token"
-          f" names {args.one_token}, context {args.context}", flush=True)
+          f" names {args.one_token}, context {args.context}"
+          + (f", curriculum {args.curriculum}" if args.curriculum else ""), flush=True)
     started = time.monotonic()
-    drawn = decisions(game, depth, args.examples, args.train_seed, options, name_legal, args.one_token)
-    examples = [tokenized(tokenizer, decision, args.context) for decision in drawn]
+    drawn = decisions(game, depth, sum(count for _, count in stages), args.train_seed, options, name_legal,
+                      args.one_token)
+    rng = random.Random(args.train_seed)
+    examples, taken = [], 0
+    for context, count in stages:  # each stage's examples shuffled within it, the stages in order
+        stage = [tokenized(tokenizer, decision, context) for decision in drawn[taken:taken + count]]
+        rng.shuffle(stage)
+        examples.extend(stage)
+        taken += count
     seen = {decision.messages[-1]["content"] for decision in drawn}
     held_out = decisions(game, depth, args.states, 0, options, name_legal, args.one_token)  # the probe's own
     known = [decision.messages[-1]["content"] in seen for decision in held_out]
@@ -198,8 +225,6 @@ def main() -> None:
               f" {figure}  {time.monotonic() - started:.0f} s", flush=True)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    rng = random.Random(args.train_seed)
-    rng.shuffle(examples)
     probe(0, float("nan"))
     model.train()
     recent: list[float] = []

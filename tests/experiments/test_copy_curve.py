@@ -76,3 +76,11 @@ def test_the_figure_is_the_board_probe_s_and_the_short_context_is_the_legal_line
     user, _ = curve.context_ids(tokenizer, held_out[0], "user")
     assert "Rules:" in tokenizer.decode(full) and "Rules:" not in tokenizer.decode(user)
     assert tokenizer.decode(user).endswith(held_out[0].prefix) and len(user) < len(full)
+
+
+def test_curriculum_stages_are_read_in_order_and_bad_ones_refused(curve) -> None:
+    assert curve.curriculum("legal:8000, user:4000") == [("legal", 8000), ("user", 4000)]
+    assert curve.curriculum("") == []
+    for bad in ("legal", "board:10", "legal:0", "legal:x"):
+        with pytest.raises(ValueError, match="expected CONTEXT:EXAMPLES"):
+            curve.curriculum(bad)
