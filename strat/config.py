@@ -349,7 +349,7 @@ class PolicyAlgorithmConfig(_Section):
 
 class PolicyResourcesConfig(_Section):
     """What a policy's own actors ask for, where it differs from the run's `resources` (an unset key: the run's
-    value): its engine's bundle, and a co-trained policy's one-rank learner's."""
+    value): its engine's bundle, and a co-trained policy's learner's ranks and bundles."""
 
     cpus_per_agent: float | None = Field(None, ge=0.0)
     """CPUs of its engine's actor."""
@@ -359,9 +359,12 @@ class PolicyResourcesConfig(_Section):
     """Its engine's tensor-parallel ranks (`engine.tensor_parallel_size` for it): a larger model on more GPUs."""
     cpus_learner: float | None = Field(None, ge=0.0)
     """CPUs of a co-trained policy's learner."""
-    gpus_learner: float | None = Field(None, ge=0.0, le=1.0)
-    """GPUs of a co-trained policy's learner, one rank (at most 1); unset: one GPU beside a multi-GPU first learner,
-    else `resources.gpus_learner`."""
+    gpus_learner: float | None = Field(None, ge=0.0)
+    """GPUs of a co-trained policy's learner: up to 1 for one rank, a whole number above 1 for one FSDP2 rank per
+    GPU (a model too large for one); unset: one GPU beside a multi-GPU first learner, else `resources.gpus_learner`."""
+    learner_ranks: int | None = Field(None, ge=1)
+    """A co-trained policy's learner ranks without GPUs (`resources.learner_ranks` for it: FSDP2 over gloo); unset:
+    one rank."""
 
 
 class PolicyConfig(_Section):
@@ -425,7 +428,8 @@ class PolicyConfig(_Section):
             raise ValueError(f"algorithm ({self.name}): only a co-trained policy (train: true) has algorithm settings")
         if not self.train and self.lora is not None:
             raise ValueError(f"lora ({self.name}): only a co-trained policy (train: true) has a learner")
-        learner_keys = [k for k in ("cpus_learner", "gpus_learner") if getattr(self.resources, k) is not None]
+        learner_keys = [k for k in ("cpus_learner", "gpus_learner", "learner_ranks")
+                        if getattr(self.resources, k) is not None]
         if not self.train and learner_keys:
             raise ValueError(f"resources.{learner_keys[0]} ({self.name}): only a co-trained policy (train: true) has a"
                              " learner")
@@ -1010,6 +1014,10 @@ def _check_policies(config: ExperimentConfig) -> None:
             raise ConfigError(f"{key} ({policy.name}): algorithm.dph_divergence={config.algorithm.dph_divergence}"
                               " rehearses the first policy's initial data only; use none with a co-trained policy")
         policy_algorithm(config, policy.name)  # its settings merged onto the run's: refused in one line if invalid
+        try:
+            _check_learner_ranks(policy_actors_config(config, policy.name).resources)
+        except ConfigError as err:
+            raise ConfigError(f"{key} ({policy.name}): {err} (in the policy's own resources)") from None
 
 
 def policy_actors_config(config: ExperimentConfig, name: str) -> ExperimentConfig:
@@ -1020,7 +1028,7 @@ def policy_actors_config(config: ExperimentConfig, name: str) -> ExperimentConfi
     tp = own.pop("tensor_parallel_size", None)
     if "gpus_learner" not in own and config.resources.gpus_learner > 1:
         own["gpus_learner"] = 1.0  # one rank: one GPU beside a multi-GPU first learner
-    own["learner_ranks"] = 1
+    own.setdefault("learner_ranks", 1)  # one rank unless its own resources ask for more
     update: dict[str, Any] = {"resources": config.resources.model_copy(update=own)}
     if tp is not None:
         update["engine"] = config.engine.model_copy(update={"tensor_parallel_size": tp})

@@ -292,8 +292,8 @@ def activation_parts(shape: ModelShape, batch: Batch, compute_bytes: int, checkp
 def learner_memory(shape: ModelShape, config: ExperimentConfig, role: str = "learner",
                    ranks: int | None = None) -> ActorMemory:
     """One learner rank: what trains, its gradients and AdamW state (sharded over FSDP2 ranks), the compute
-    copies, the KL reference and one micro-batch. `ranks` defaults to the run's learner ranks (a co-trained policy's
-    learner is one rank)."""
+    copies, the KL reference and one micro-batch. `ranks` defaults to `config`'s learner ranks (a co-trained policy's
+    config, `policy_config`, holds its own)."""
     learner, res = config.learner, config.resources
     ranks = res.learner_world_size if ranks is None else ranks
     params = parameter_shapes(shape)
@@ -370,7 +370,7 @@ def plan_memory(config: ExperimentConfig, shape: ModelShape, gpu_memory: int | N
                 fixed: Sequence[tuple[str, ModelShape]] = (),
                 cotrained: Sequence[tuple[str, ModelShape]] = ()) -> MemoryPlan:
     """The estimate of every engine and learner of the run (the snapshot opponent's engine when it plays, each
-    fixed policy's engine, and each co-trained policy's engine and one-rank learner, of their own shapes)."""
+    fixed policy's engine, and each co-trained policy's engine and learner (its ranks), of their own shapes)."""
     actors = [engine_memory(shape, config, "agent", config.resources.agents)]
     if past_policy_agent(config):  # the snapshot opponent's engine, or the league's
         actors.append(engine_memory(shape, config, "snapshot", 1))
@@ -380,7 +380,7 @@ def plan_memory(config: ExperimentConfig, shape: ModelShape, gpu_memory: int | N
     actors += [engine_memory(own, policy_actors_config(config, name), f"cotrained:{name}", 1) for name, own in cotrained]
     actors.append(learner_memory(shape, config))
     # A co-trained learner under its own settings: its adapters, its KL (whether it holds a reference model), its GPU.
-    actors += [learner_memory(own, policy_config(config, name), f"cotrained_learner:{name}", 1)
+    actors += [learner_memory(own, policy_config(config, name), f"cotrained_learner:{name}")
                for name, own in cotrained]
     return MemoryPlan(tuple(actors), gpu_memory)
 

@@ -249,12 +249,26 @@ def _role_bundles(config: ExperimentConfig) -> list[tuple[Role, int, str, Bundle
     # One bundle per learner rank (one GPU each on a multi-GPU learner); FSDP2 ranks may span nodes.
     rows += [("learner", i, "learner", Bundle(res.cpus_learner, res.gpus_per_learner_rank))
              for i in range(res.learner_world_size)]
-    # A co-trained policy's learner is one rank: one GPU on a multi-GPU learner, else the learner's own share, or
-    # what its `resources` says.
-    for i, name in enumerate(cotrained_policy_names(config)):
+    # A co-trained policy's learner: one rank by default (one GPU beside a multi-GPU learner, else the learner's own
+    # share), or the ranks its `resources` ask for, one bundle each.
+    for i, (name, _) in enumerate(cotrained_learner_slots(config)):
         learner = policy_actors_config(config, name).resources
         rows.append(("cotrained_learner", i, "learner", Bundle(learner.cpus_learner, learner.gpus_per_learner_rank)))
     return rows
+
+
+def cotrained_learner_slots(config: ExperimentConfig) -> list[tuple[str, int]]:
+    """(policy, rank) of every co-trained policy's learner rank, in the order of their bundles: a slot's position
+    is its `cotrained_learner` index in the plan."""
+    return [(name, rank) for name in cotrained_policy_names(config)
+            for rank in range(policy_actors_config(config, name).resources.learner_world_size)]
+
+
+def _cotrained_learner_labels(config: ExperimentConfig) -> list[str]:
+    """Each co-trained learner rank's name in the plan: the policy's, with `:<rank>` where it has several."""
+    slots = cotrained_learner_slots(config)
+    ranks = {name: sum(1 for other, _ in slots if other == name) for name, _ in slots}
+    return [name if ranks[name] == 1 else f"{name}:{rank}" for name, rank in slots]
 
 
 # PACK keeps weight sync and rollout traffic on few nodes but, unlike STRICT_PACK, may use another
@@ -307,10 +321,11 @@ def plan(config: ExperimentConfig, cluster: ClusterSpec) -> Plan:
     nodes = _first_fit(rows, cluster, where)
     fixed_names = fixed_policy_names(config)
     cotrained_names = cotrained_policy_names(config)
+    learner_labels = _cotrained_learner_labels(config)
     groups: dict[str, list[Bundle]] = {}
     actors = []
     for (role, index, group, bundle), node in zip(rows, nodes, strict=True):
-        names = {"fixed": fixed_names, "cotrained": cotrained_names, "cotrained_learner": cotrained_names}.get(role)
+        names = {"fixed": fixed_names, "cotrained": cotrained_names, "cotrained_learner": learner_labels}.get(role)
         label = names[index] if names else None
         if bundle.cpus <= 0 and bundle.gpus <= 0:
             actors.append(ActorPlacement(role, index, None, None, None, 0.0, 0.0, label))

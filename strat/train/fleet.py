@@ -15,7 +15,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from strat.algorithm.comparison import ComparisonWeights
 from strat.algorithm.records import Episode
-from strat.cluster.placement import cluster_from_ray, needs_placement, reserve
+from strat.cluster.placement import cluster_from_ray, cotrained_learner_slots, needs_placement, reserve
 from strat.cluster.placement import plan as plan_placement
 from strat.cluster.storage import check_shared_storage
 from strat.config import (
@@ -58,9 +58,9 @@ def required_resources(config: ExperimentConfig) -> dict[str, float]:
         own = policy_actors_config(config, name)
         cpus += own.resources.cpus_per_agent
         gpus += own.resources.gpus_per_agent * own.engine.tensor_parallel_size
-        if name in cotrained:  # its one-rank learner
-            cpus += own.resources.cpus_learner
-            gpus += own.resources.gpus_per_learner_rank
+        if name in cotrained:  # its learner's ranks
+            cpus += own.resources.learner_world_size * own.resources.cpus_learner
+            gpus += own.resources.learner_world_size * own.resources.gpus_per_learner_rank
     return {"CPU": cpus, "GPU": gpus}
 
 
@@ -113,7 +113,7 @@ class Fleet:
         policies (synced from their own learners); each has its own agent in `fixed` (by name)."""
         self.fixed: dict[str, Any] = {}
         self.policy_learners: dict[str, LearnerGroup] = {}
-        """Each co-trained policy's learner (one rank), by name."""
+        """Each co-trained policy's learner (one rank unless its resources ask for more), by name."""
         self.policy_weights: dict[str, str] = {}
         """Each co-trained policy's newest weights directory once synced: a restarted agent of it loads them."""
         self._step = step
@@ -170,15 +170,18 @@ class Fleet:
         self.sync = WeightSync(config, self.run_dir, self.learner, lambda: self.agents, lambda: self.snapshot,
                                self.learner_get, self.call_agents)
         cotrained = cotrained_policy_names(config)
+        slots = cotrained_learner_slots(config)
         for policy in self.fixed_policies:
             if policy.name in cotrained:
                 own = policy_config(config, policy.name)
                 settings = learner_settings(own)  # its own lr, loss, KL and adapters
-                # One rank, in its own bundle of the learner group (a GPU of its own on a GPU run).
-                placed = self._placed("cotrained_learner", cotrained.index(policy.name))
+                # Its ranks (one unless its resources ask for more), each in its own bundle of the learner group (a
+                # GPU of its own on a GPU run).
+                first = slots.index((policy.name, 0))
                 learner_env = actor_options(own.resources.cpus_learner, own.resources.gpus_per_learner_rank)
                 self.policy_learners[policy.name] = LearnerGroup.start(
-                    str(policy.model_dir), settings, 1, lambda rank, placed=placed, le=learner_env: {**le, **placed},
+                    str(policy.model_dir), settings, own.resources.learner_world_size,
+                    lambda rank, first=first, le=learner_env: {**le, **self._placed("cotrained_learner", first + rank)},
                     res.actor_start_timeout_s)
         self._collect_handles()
         self._wait_ready(self._handles)

@@ -187,3 +187,24 @@ def test_a_policy_s_own_resources_size_its_bundles() -> None:
                                              r" per rank, but resources.gpus_per_agent=0.5 \(use 1\) \(or set it"
                                              r" in the policy's own resources\)"):
         plan(load_config(two, [*gpus, fractional]), parse_cluster("nodes=2,gpus_per_node=4"))
+
+
+def test_a_co_trained_learner_of_several_ranks_takes_a_bundle_a_rank() -> None:
+    """The co-trained policy's learner on two GPUs: two one-GPU bundles in the learner group, named by rank, counted
+    in the GPUs needed (agent 1 + its engine 1 + learner 1 + its learner 2 = 5), and its memory row sharded over the
+    two ranks."""
+    from strat.cluster.memory import memory_plan_for
+    from strat.train.fleet import required_resources
+
+    two = REPO / "configs" / "kuhn_poker_two_policies_tiny.yaml"
+    config = load_config(two, ["resources.gpus_per_agent=1", "resources.gpus_learner=1",
+                               "policies=[{name: small, model: 'tiny:kuhn_poker', resources: {gpus_learner: 2}}]"])
+    result = plan(config, parse_cluster("nodes=2,gpus_per_node=4"))
+    learners = [(a.name, a.group, a.gpus) for a in result.actors if "learner" in a.role]
+    assert learners == [("learner[0]", "learner", 1.0), ("cotrained_learner[small:0]", "learner", 1.0),
+                        ("cotrained_learner[small:1]", "learner", 1.0)]
+    assert required_resources(config)["GPU"] == pytest.approx(5.0)
+    rows = {a.role: a for a in memory_plan_for(config, config.model.path, None).actors}
+    assert rows["cotrained_learner:small"].count == 2 and rows["learner"].count == 1
+    with pytest.raises(PlacementError, match=r"all roles: the actors need 5 GPUs .*cotrained_learner 2"):
+        plan(config, parse_cluster("nodes=1,gpus_per_node=4"))

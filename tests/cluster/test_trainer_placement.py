@@ -8,6 +8,8 @@ import pytest
 import ray
 
 from strat.config_loading import load_config
+from strat.model import checkpoint
+from strat.sync.weights import POLICIES_DIR
 from strat.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,15 +51,18 @@ def test_gpu_actors_run_in_their_roles_placement_groups(
     assert not [g for g in ray.util.placement_group_table().values() if g["state"] == "CREATED"]
 
 
-@pytest.mark.parametrize(("own", "gpus"), [("{}", 1.0), ("{gpus_per_agent: 0.5, gpus_learner: 0.5}", 0.5)],
-                         ids=["the-run-s-sizes", "its-own-sizes"])
+@pytest.mark.parametrize(("own", "engines", "learners"), [
+    ("{}", [1.0, 1.0], [1.0, 1.0]),
+    ("{gpus_per_agent: 0.5, gpus_learner: 0.5}", [1.0, 0.5], [1.0, 0.5]),
+    ("{gpus_per_agent: 0, gpus_learner: 2}", [1.0, 0.0], [1.0, 1.0, 1.0]),
+], ids=["the-run-s-sizes", "its-own-sizes", "its-learner-on-two-ranks"])
 def test_a_co_trained_policy_s_engine_and_learner_take_gpu_bundles_of_their_own(
-    ray_with_logical_gpus, tmp_path: Path, tiny_model_dir: Path, own: str, gpus: float
+    ray_with_logical_gpus, tmp_path: Path, tiny_model_dir: Path, own: str, engines: list, learners: list
 ) -> None:
     """Two policies on GPUs: the agents group holds the first policy's engine and the co-trained one's, the learner
     group the first learner and the co-trained learner, one GPU each (or the co-trained policy's own share, from its
-    `resources`), and an actor holds each bundle's GPU (an actor asking for more than its bundle holds never
-    starts)."""
+    `resources`; two GPUs: two FSDP2 ranks of one GPU each, over gloo here), and an actor holds each bundle's GPU
+    (an actor asking for more than its bundle holds never starts)."""
     config = load_config(ROOT / "configs" / "kuhn_poker_two_policies_tiny.yaml", [
         f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "warm_start.enabled=false",
         f"policies=[{{name: small, model: {tiny_model_dir}, resources: {own}}}]", "engine.backend=hf",
@@ -75,9 +80,15 @@ def test_a_co_trained_policy_s_engine_and_learner_take_gpu_bundles_of_their_own(
 
     records = Trainer(config, config.run_dir).run(on_step)
     assert [r["step"] for r in records] == [1] and records[0]["small/learn/samples"] > 0
-    for name in ("strat-agents", "strat-learner"):
+    for name, gpus in (("strat-agents", engines), ("strat-learner", learners)):
         group = seen[name]
-        assert [b.get("GPU", 0) for b in group["bundles"].values()] == [1.0, gpus], name
+        assert [b.get("GPU", 0) for b in group["bundles"].values()] == gpus, name
         # Ray's per-bundle resource: its GPU is taken by the actor placed there (a free one would still be listed).
         taken = [free.get(f"GPU_group_{index}_{group['placement_group_id']}", 0.0) for index in group["bundles"]]
-        assert taken == [0.0, 0.0], (name, taken)
+        assert taken == [0.0] * len(gpus), (name, taken)
+    # Its learner (of one rank or several) wrote its checkpoint of the last step, and a resume restores it there.
+    root = config.run_dir / POLICIES_DIR / "small"
+    assert [found.step for found in checkpoint.complete_checkpoints(root)] == [1]
+    longer = config.model_copy(update={"schedule": config.schedule.model_copy(update={"steps": 2})})
+    resumed = Trainer(longer, config.run_dir, resume=True).run()
+    assert [r["step"] for r in resumed] == [2] and resumed[0]["small/learn/samples"] > 0

@@ -105,11 +105,30 @@ def test_a_fixed_policy_has_no_algorithm_or_learner_settings(tmp_path: Path) -> 
                           " resources: {gpus_learner: 1}}]"])
 
 
-def test_a_co_trained_learner_is_one_rank_on_at_most_one_gpu() -> None:
+def test_a_co_trained_learner_has_the_ranks_its_resources_ask_for() -> None:
+    """One rank by default (even beside a run of two CPU learner ranks); two GPUs give two ranks of one GPU each, two
+    CPU ranks two ranks without a GPU; a fractional count above one, and CPU ranks beside learner GPUs, are refused in
+    one line naming the policy."""
+    from strat.config import policy_actors_config
     from strat.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"gpus_learner.*less than or equal to 1"):
-        load_config(TWO, ["policies=[{name: small, model: 'tiny:kuhn_poker', resources: {gpus_learner: 2}}]"])
+    def ranks(resources: str, *run: str) -> tuple[int, float]:
+        policies = f"policies=[{{name: small, model: 'tiny:kuhn_poker', resources: {resources}}}]"
+        config = load_config(TWO, [*run, policies])
+        own = policy_actors_config(config, "small").resources
+        return own.learner_world_size, own.gpus_per_learner_rank
+
+    assert ranks("{}", "resources.learner_ranks=2") == (1, 0.0)
+    assert ranks("{gpus_learner: 2}") == (2, 1.0)
+    assert ranks("{learner_ranks: 2}") == (2, 0.0)
+    with pytest.raises(ConfigError, match=r"^policies.0 \(small\): resources.gpus_learner=2.5: more than one GPU starts"
+                                          r" one learner rank per GPU.*\(in the policy's own resources\)$"):
+        ranks("{gpus_learner: 2.5}")
+    with pytest.raises(ConfigError, match=r"^policies.0 \(small\): resources.learner_ranks=2: only for a learner"
+                                          r" without GPUs"):
+        ranks("{learner_ranks: 2, gpus_learner: 1}")
+    with pytest.raises(ConfigError, match=r"resources.learner_ranks \(small\): only a co-trained policy"):
+        load_config(TWO, ["policies=[{name: small, model: /tmp, train: false, resources: {learner_ranks: 2}}]"])
 
 
 class _Learner:
