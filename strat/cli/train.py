@@ -18,7 +18,7 @@ from strat.cli.app import ConfigArg, OverridesArg, load
 from strat.cli.cluster import CLUSTER_HELP, plan_cluster
 from strat.cluster.memory import format_memory, memory_plan_for
 from strat.cluster.placement import needs_placement
-from strat.config import to_yaml
+from strat.config import policy_actors_config, to_yaml
 from strat.config_reference import reference_markdown
 from strat.errors import UserError
 from strat.eval.summaries import record_provenance
@@ -57,8 +57,10 @@ def check(
         if policy.train:
             own = {**policy.algorithm.model_dump(exclude_none=True), **({"lr": policy.lr} if policy.lr else {})}
             settings = ", ".join(f"{key} {value}" for key, value in own.items()) or "the run's algorithm settings"
+            ranks = policy_actors_config(resolved, policy.name).resources.learner_world_size
             typer.echo(f"co-trained policy {policy.name}: from {policy.model}, through the run's stages (rules"
-                       f" pretraining, warm start) where enabled, with a learner of its own ({settings})", err=True)
+                       f" pretraining, warm start) where enabled, with a learner of its own ({settings}"
+                       f"{f'; {ranks} ranks' if ranks > 1 else ''})", err=True)
     if memory is not None:
         typer.echo(memory, err=True)
 

@@ -406,3 +406,5 @@ def test_check_names_each_co_trained_policy(capsys: pytest.CaptureFixture[str]) 
     assert "with a learner of its own (the run's algorithm settings)" in err
     check(TWO, ["policies=[{name: small, model: 'tiny:kuhn_poker', lr: 0.001, algorithm: {advantage_mode: hybrid}}]"])
     assert "with a learner of its own (advantage_mode hybrid, lr 0.001)" in capsys.readouterr().err
+    check(TWO, ["policies.0.resources.learner_ranks=2"])
+    assert "with a learner of its own (the run's algorithm settings; 2 ranks)" in capsys.readouterr().err
