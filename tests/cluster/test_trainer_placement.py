@@ -51,13 +51,13 @@ def test_gpu_actors_run_in_their_roles_placement_groups(
     assert not [g for g in ray.util.placement_group_table().values() if g["state"] == "CREATED"]
 
 
-@pytest.mark.parametrize(("own", "engines", "learners"), [
-    ("{}", [1.0, 1.0], [1.0, 1.0]),
-    ("{gpus_per_agent: 0.5, gpus_learner: 0.5}", [1.0, 0.5], [1.0, 0.5]),
-    ("{gpus_per_agent: 0, gpus_learner: 2}", [1.0, 0.0], [1.0, 1.0, 1.0]),
+@pytest.mark.parametrize(("own", "engines", "learners", "resume"), [
+    ("{}", [1.0, 1.0], [1.0, 1.0], False),
+    ("{gpus_per_agent: 0.5, gpus_learner: 0.5}", [1.0, 0.5], [1.0, 0.5], False),
+    ("{gpus_per_agent: 0, gpus_learner: 2}", [1.0, 0.0], [1.0, 1.0, 1.0], True),
 ], ids=["the-run-s-sizes", "its-own-sizes", "its-learner-on-two-ranks"])
 def test_a_co_trained_policy_s_engine_and_learner_take_gpu_bundles_of_their_own(
-    ray_with_logical_gpus, tmp_path: Path, tiny_model_dir: Path, own: str, engines: list, learners: list
+    ray_with_logical_gpus, tmp_path: Path, tiny_model_dir: Path, own: str, engines: list, learners: list, resume: bool
 ) -> None:
     """Two policies on GPUs: the agents group holds the first policy's engine and the co-trained one's, the learner
     group the first learner and the co-trained learner, one GPU each (or the co-trained policy's own share, from its
@@ -86,9 +86,12 @@ def test_a_co_trained_policy_s_engine_and_learner_take_gpu_bundles_of_their_own(
         # Ray's per-bundle resource: its GPU is taken by the actor placed there (a free one would still be listed).
         taken = [free.get(f"GPU_group_{index}_{group['placement_group_id']}", 0.0) for index in group["bundles"]]
         assert taken == [0.0] * len(gpus), (name, taken)
-    # Its learner (of one rank or several) wrote its checkpoint of the last step, and a resume restores it there.
+    # Its learner (of one rank or several) wrote its checkpoint of the last step; a resume restores it there (the
+    # learner of two ranks: a sharded checkpoint read back by both).
     root = config.run_dir / POLICIES_DIR / "small"
     assert [found.step for found in checkpoint.complete_checkpoints(root)] == [1]
+    if not resume:
+        return
     longer = config.model_copy(update={"schedule": config.schedule.model_copy(update={"steps": 2})})
     resumed = Trainer(longer, config.run_dir, resume=True).run()
     assert [r["step"] for r in resumed] == [2] and resumed[0]["small/learn/samples"] > 0
