@@ -217,7 +217,7 @@ def _engine_bundle(config: ExperimentConfig, role: str) -> Bundle:
     return bundle
 
 
-def _role_bundles(config: ExperimentConfig) -> list[tuple[Role, int, str, Bundle]]:
+def role_bundles(config: ExperimentConfig) -> list[tuple[Role, int, str, Bundle]]:
     """Every actor with its group name and resource bundle, in the trainer's order."""
     res = config.resources
     judge_separate = config.comparison.agreement == "judge" and config.comparison.judge_engine == "separate"
@@ -290,7 +290,7 @@ def plan(config: ExperimentConfig, cluster: ClusterSpec) -> Plan:
     """Every actor's group, bundle and node on `cluster`; PlacementError when the run cannot fit."""
     if not cluster.nodes:
         raise PlacementError("cluster: no nodes")
-    rows = _role_bundles(config)
+    rows = role_bundles(config)
     where = cluster.describe()
     max_cpus = max((n.cpus for n in cluster.nodes if n.cpus is not None), default=None)
     for role, _, _, bundle in rows:

@@ -15,7 +15,13 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from strat.algorithm.comparison import ComparisonWeights
 from strat.algorithm.records import Episode
-from strat.cluster.placement import cluster_from_ray, cotrained_learner_slots, needs_placement, reserve
+from strat.cluster.placement import (
+    cluster_from_ray,
+    cotrained_learner_slots,
+    needs_placement,
+    reserve,
+    role_bundles,
+)
 from strat.cluster.placement import plan as plan_placement
 from strat.cluster.storage import check_shared_storage
 from strat.config import (
@@ -24,7 +30,6 @@ from strat.config import (
     fixed_policy_names,
     past_policy_agent,
     policy_actors_config,
-    policy_agent_names,
     policy_config,
 )
 from strat.errors import ConfigError, PlacementError, RunAborted
@@ -47,21 +52,10 @@ ACTOR_PING_TIMEOUT_S = 60.0
 
 
 def required_resources(config: ExperimentConfig) -> dict[str, float]:
-    """CPUs and GPUs the run's actors ask for together (each other policy's actors at their own sizes)."""
-    res = config.resources
-    agents = res.agents + int(past_policy_agent(config))
-    cpus = agents * res.cpus_per_agent + res.rollout_workers * res.cpus_per_worker \
-        + res.learner_world_size * res.cpus_learner + res.cpus_comparator
-    gpus = agents * res.gpus_per_agent * config.engine.tensor_parallel_size + res.gpus_learner + res.gpus_comparator
-    cotrained = cotrained_policy_names(config)
-    for name in policy_agent_names(config):
-        own = policy_actors_config(config, name)
-        cpus += own.resources.cpus_per_agent
-        gpus += own.resources.gpus_per_agent * own.engine.tensor_parallel_size
-        if name in cotrained:  # its learner's ranks
-            cpus += own.resources.learner_world_size * own.resources.cpus_learner
-            gpus += own.resources.learner_world_size * own.resources.gpus_per_learner_rank
-    return {"CPU": cpus, "GPU": gpus}
+    """CPUs and GPUs the run's actors ask for together: the sum of their placement bundles (`role_bundles`: every
+    engine, learner rank, worker and the comparator, each other policy's at its own size)."""
+    rows = role_bundles(config)
+    return {"CPU": sum(bundle.cpus for *_, bundle in rows), "GPU": sum(bundle.gpus for *_, bundle in rows)}
 
 
 def actor_options(num_cpus: float, num_gpus: float) -> dict[str, Any]:
