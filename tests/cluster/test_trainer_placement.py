@@ -54,7 +54,8 @@ def test_gpu_actors_run_in_their_roles_placement_groups(
 @pytest.mark.parametrize(("own", "engines", "learners", "resume"), [
     ("{}", [1.0, 1.0], [1.0, 1.0], False),
     ("{gpus_per_agent: 0.5, gpus_learner: 0.5}", [1.0, 0.5], [1.0, 0.5], False),
-    ("{gpus_per_agent: 0, gpus_learner: 2}", [1.0, 0.0], [1.0, 1.0, 1.0], True),
+    # Two ranks, a checkpoint and a resume: ~75 s alone, so under `make test-faults` (and CI), not `make test`.
+    pytest.param("{gpus_per_agent: 0, gpus_learner: 2}", [1.0, 0.0], [1.0, 1.0, 1.0], True, marks=pytest.mark.long),
 ], ids=["the-run-s-sizes", "its-own-sizes", "its-learner-on-two-ranks"])
 def test_a_co_trained_policy_s_engine_and_learner_take_gpu_bundles_of_their_own(
     ray_with_logical_gpus, tmp_path: Path, tiny_model_dir: Path, own: str, engines: list, learners: list, resume: bool
