@@ -267,8 +267,8 @@ def cotrained_learner_slots(config: ExperimentConfig) -> list[tuple[str, int]]:
 def _cotrained_learner_labels(config: ExperimentConfig) -> list[str]:
     """Each co-trained learner rank's name in the plan: the policy's, with `:<rank>` where it has several."""
     slots = cotrained_learner_slots(config)
-    ranks = {name: sum(1 for other, _ in slots if other == name) for name, _ in slots}
-    return [name if ranks[name] == 1 else f"{name}:{rank}" for name, rank in slots]
+    several = {name for name, rank in slots if rank > 0}
+    return [f"{name}:{rank}" if name in several else name for name, rank in slots]
 
 
 # PACK keeps weight sync and rollout traffic on few nodes but, unlike STRICT_PACK, may use another
