@@ -179,6 +179,12 @@ class WarmStartConfig(_Section):
     one's legal moves ("Legal now: b1, c1, a2."), copied from the prompt, right before the section that names the
     move, so that the model learns to write them out before it chooses. Off: the template without the list (and the
     warm start's cache key unchanged). Refused for games with private information."""
+    move_examples: int = Field(0, ge=0)
+    """Examples of naming a legal move mixed into the transcripts: the prompt at a state of a random game, a response
+    templated for a uniformly drawn legal move and cut where it first names it, and the loss on that move's name
+    alone (which move is random: the examples teach which moves are legal, not which to play). With any, every
+    example weighs the same in the loss, so that a move's one or two tokens are not lost among a transcript's
+    hundred. 0: none (and the cache key unchanged)."""
 
 
 class EngineConfig(_Section):

@@ -39,7 +39,6 @@ import argparse
 import itertools
 import math
 import random
-import re
 import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,10 +62,9 @@ from strat.algorithm.reasoning import (  # noqa: E402
     decide,
     format_prompt,
     parse_response,
-    section_occurrences,
 )
 from strat.algorithm.records import BeliefTarget  # noqa: E402
-from strat.train.warmstart import templated_response  # noqa: E402
+from strat.train.warmstart import FIRST_NAMED_IN, first_mention, templated_response  # noqa: E402, F401
 
 Messages = list[dict[str, str]]
 Scorer = Callable[[Messages, str, Sequence[str], bool], dict[str, float]]
@@ -80,10 +78,6 @@ DICE_GAMES = ("liars_dice",)
 BELIEF_BARS = {"kuhn_poker": 0.05, "leduc_poker": 0.10}
 LEGAL_BAR = 0.99
 OPENING_BAR = 0.3
-FIRST_NAMED_IN = {0: "think", 1: "plan", 2: "their_view"}
-"""The section where the warm start's template first names the move at each depth (`templated_response`)."""
-
-
 @dataclass(frozen=True)
 class Interval:
     """A mean with its Student-t 95% interval over `n` values (infinite for one value, nan for none)."""
@@ -140,27 +134,6 @@ def model_scorer(model, tokenizer) -> Scorer:  # noqa: ANN001
         return name_probabilities(model, tokenizer, context, names, space)
 
     return score
-
-
-def first_mention(response: str, name: str, depth: int) -> tuple[str, bool]:
-    """The templated `response` cut right before the move `name` is first named, and whether a space precedes it
-    there (then the cut drops it and the name is scored as " name", as tokenizers join a space to the next word).
-
-    The move is first named in `<their_view>` at depth 2 (its first occurrence there), `<plan>` at depth 1 and
-    `<think>` at depth 0 (their last occurrence: the template restates the situation or the past before the plan
-    sentence, and those may name another player's move of the same name); without one, at `<action>`."""
-    pattern = re.compile(r"(?<![\w])" + re.escape(name) + r"(?![\w])")
-    wanted = FIRST_NAMED_IN[depth]
-    for section, start, end in section_occurrences(response)[0]:
-        if section != wanted:
-            continue
-        found = list(pattern.finditer(response, start, end))
-        if found:
-            position = (found[0] if depth == 2 else found[-1]).start()
-            if response[position - 1] == " ":
-                return response[: position - 1], True
-            return response[:position], False
-    return response[: response.index("<action>") + len("<action>")], False
 
 
 def mention_context(env: TextGameEnv, agent: str, depth: int, rng: random.Random,

@@ -1,8 +1,9 @@
 """The supervised fine-tuning loop shared by the stages before RL (the rules pretraining and the warm start): chat
 examples with the loss on the reply's tokens only, AdamW with warm-up and cosine decay, and an atomic save.
 
-An example is (prompt messages, reply text). The prompt (system and user messages, formatted by the tokenizer's chat
-template) gets no loss; the reply and its end-of-turn token do.
+An example is (prompt messages, reply). The prompt (system and user messages, formatted by the tokenizer's chat
+template) gets no loss; a whole reply (text) and its end-of-turn token do. A `PartialReply` is a reply cut where one
+skill is exercised: its opening is given without loss, and only its target (e.g. a move's name) is learnt.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -29,8 +30,19 @@ from strat.engines.base import chat_prompt_ids
 from strat.model.tiny import build_once
 
 Messages = list[dict[str, str]]
-Example = tuple[Messages, str]
-"""(prompt messages, reply) for one supervised example."""
+
+
+@dataclass(frozen=True)
+class PartialReply:
+    """A reply cut where one skill is exercised: `prefix` opens the reply and gets no loss, `target` follows it and
+    is learnt; no end-of-turn token follows (the reply would go on after the target)."""
+
+    prefix: str
+    target: str
+
+
+Example = tuple[Messages, str | PartialReply]
+"""(prompt messages, reply) for one supervised example: a whole reply, or a `PartialReply`."""
 
 IGNORE_INDEX = -100
 """Label of positions that get no loss (prompt and padding), as torch's cross-entropy expects."""
@@ -53,6 +65,9 @@ class FitSettings:
     """Stop training after this long even if epochs remain: a guard for very slow machines, not the normal end."""
     seed: int
     """Seeds the example order."""
+    example_mean: bool = False
+    """Average each example's labelled tokens first, then the examples, so that a `PartialReply`'s one or two target
+    tokens weigh as much as a whole reply's hundred; False: every labelled token weighs the same."""
 
 
 def _token_ids(encoded: object) -> list[int]:
@@ -62,11 +77,16 @@ def _token_ids(encoded: object) -> list[int]:
     return list(encoded)
 
 
-def encode_example(tokenizer, messages: Messages, response: str) -> tuple[list[int], list[int]]:
+def encode_example(tokenizer, messages: Messages, response: str | PartialReply) -> tuple[list[int], list[int]]:
     """(input ids, labels): the chat prompt then the response and end-of-turn token; labels are IGNORE_INDEX on the
-    prompt, so only the response is learned."""
+    prompt, so only the response is learned. A `PartialReply`: the chat prompt, its prefix (no loss, tokenized alone as
+    an engine's output would be) and its target (learnt), with no end-of-turn token."""
     prompt = chat_prompt_ids(tokenizer, messages)
-    target = _token_ids(tokenizer(response, add_special_tokens=False)) + [tokenizer.eos_token_id]
+    if isinstance(response, PartialReply):
+        prompt = prompt + (_token_ids(tokenizer(response.prefix, add_special_tokens=False)) if response.prefix else [])
+        target = _token_ids(tokenizer(response.target, add_special_tokens=False))
+    else:
+        target = _token_ids(tokenizer(response, add_special_tokens=False)) + [tokenizer.eos_token_id]
     return prompt + target, [IGNORE_INDEX] * len(prompt) + target
 
 
@@ -93,8 +113,9 @@ def shared_prefix(batch: Mapping[str, torch.Tensor]) -> int:
     return max(0, length - 1)
 
 
-def response_loss(model, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """Mean next-token cross-entropy over the labelled (response) tokens of the batch.
+def response_loss(model, batch: Mapping[str, torch.Tensor], example_mean: bool = False) -> torch.Tensor:
+    """Mean next-token cross-entropy over the labelled (response) tokens of the batch; with `example_mean`, the mean
+    over the rows of each row's mean (every example weighs the same, however many tokens its reply has).
 
     The prompt prefix shared by every row carries no loss, so it is encoded once, without gradient, and reused as the
     KV cache of each row: the same loss at a fraction of the cost on CPU (prompts are mostly the system prompt).
@@ -114,7 +135,13 @@ def response_loss(model, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         use_cache=cache is not None,
     ).logits[:, :-1]
     targets = batch["labels"][:, shared + 1 :]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+    if not example_mean:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
+                               ignore_index=IGNORE_INDEX)
+    per_token = F.cross_entropy(logits.transpose(1, 2).float(), targets, ignore_index=IGNORE_INDEX, reduction="none")
+    counts = (targets != IGNORE_INDEX).sum(dim=1)
+    rows = counts > 0
+    return (per_token.sum(dim=1)[rows] / counts[rows]).mean()
 
 
 def _lr_factor(step: int, total: int) -> float:
@@ -190,7 +217,7 @@ def _fit(model_dir: Path, out_dir: Path, examples: Sequence[Example], settings: 
             batch = collate([encoded[i] for i in permutation[first : first + settings.batch_size]], pad_id)
             for group in optimizer.param_groups:
                 group["lr"] = settings.lr * _lr_factor(len(losses), total)
-            loss = response_loss(model, batch)
+            loss = response_loss(model, batch, settings.example_mean)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -250,7 +277,7 @@ def cache_key(model_dir: Path, payload: Mapping[str, object]) -> str:
 
 def examples_hash(examples: Sequence[Example]) -> str:
     """The SHA-256 of a stage's examples, for its cache key."""
-    return hashlib.sha256(json.dumps(examples).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(examples, default=asdict).encode()).hexdigest()
 
 
 def ensure_built(target: Path, build: Callable[[Path], object], info_file: str) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -25,6 +26,7 @@ from strat.algorithm.reasoning import (
     decide,
     parse_response,
     render_response,
+    section_occurrences,
 )
 from strat.algorithm.records import Sections
 from strat.config import WEAK_PLAYERS
@@ -32,7 +34,7 @@ from strat.engines import SamplingParams, build_engine
 from strat.model.tiny import cache_dir
 from strat.train import supervised
 from strat.train.pretrain import PretrainSettings, pretrain_examples
-from strat.train.supervised import Example, FitSettings, fit
+from strat.train.supervised import Example, FitSettings, PartialReply, fit
 
 if TYPE_CHECKING:
 
@@ -176,6 +178,59 @@ def templated_response(env: TextGameEnv, agent: str, action: int, depth: int, rn
     )
 
 
+FIRST_NAMED_IN = {0: "think", 1: "plan", 2: "their_view"}
+"""The section where `templated_response` first names the move at each depth."""
+
+
+def first_mention(response: str, name: str, depth: int) -> tuple[str, bool]:
+    """The templated `response` cut right before the move `name` is first named (where the move is chosen), and
+    whether a space precedes it there (then the cut drops it, and the name follows as " name", as tokenizers join a
+    space to the next word).
+
+    The move is first named in `<their_view>` at depth 2 (its first occurrence there), `<plan>` at depth 1 and
+    `<think>` at depth 0 (their last occurrence: the template restates the situation or the past before the plan
+    sentence, and those may name another player's move of the same name); without one, at `<action>`."""
+    pattern = re.compile(r"(?<![\w])" + re.escape(name) + r"(?![\w])")
+    wanted = FIRST_NAMED_IN[depth]
+    for section, start, end in section_occurrences(response)[0]:
+        if section != wanted:
+            continue
+        found = list(pattern.finditer(response, start, end))
+        if found:
+            position = (found[0] if depth == 2 else found[-1]).start()
+            if response[position - 1] == " ":
+                return response[: position - 1], True
+            return response[:position], False
+    return response[: response.index("<action>") + len("<action>")], False
+
+
+def move_examples(game: str, depth: int, count: int, seed: int, options: GameOptions = (),
+                  name_legal: bool = False) -> list[Example]:
+    """`count` examples of naming a legal move where the response chooses its move: at a uniformly drawn decision
+    point of each of `count` uniformly random games, the prompt, and a response templated for a uniformly drawn
+    legal move cut at its first mention (`first_mention`) as a `PartialReply` whose target is that move's name.
+
+    Which legal move is drawn at random, so the examples teach which moves are legal in a state (read from the
+    prompt), never which to choose. The games, the draws and the phrasing come from one stream seeded by `seed`, apart
+    from the transcripts' and the board probe's games."""
+    rng = random.Random(f"move-examples-{seed}")
+    env = games.make(game, **dict(options))
+    examples: list[Example] = []
+    while len(examples) < count:
+        env.reset(seed=rng.getrandbits(31))
+        points = []
+        while not env.pyspiel_state.is_terminal():
+            points.append(env.clone())
+            env.step(rng.choice(env.legal_actions(env.agent_selection)))
+        state = rng.choice(points)
+        agent = state.agent_selection
+        move = rng.choice(state.legal_actions(agent))
+        name = state.action_name(move, agent)
+        prefix, space = first_mention(templated_response(state, agent, move, depth, rng, name_legal), name, depth)
+        examples.append((build_messages(state, agent, depth), PartialReply(prefix, (" " if space else "") + name)))
+    return examples
+
+
 def _check_player(player: str) -> None:
     if player not in WEAK_PLAYERS:
         raise ValueError(f"warm-start player {player!r} is not allowed (allowed: {', '.join(WEAK_PLAYERS)})")
@@ -240,11 +295,15 @@ class WarmStartSettings:
     name_legal_moves: bool = False
     """In perfect-information games the templated `<past>` ends by listing one's legal moves (`templated_response`'s
     `name_legal`)."""
+    move_examples: int = 0
+    """Examples of naming a uniformly drawn legal move where the response chooses its move (`move_examples`) mixed
+    into the transcripts; with any, every example weighs the same in the loss (`FitSettings.example_mean`). 0: none."""
 
     def __post_init__(self) -> None:
         _check_player(self.player)
-        if self.rules_examples < 0:
-            raise ValueError(f"warm-start rules_examples must be >= 0, got {self.rules_examples}")
+        if self.rules_examples < 0 or self.move_examples < 0:
+            raise ValueError(f"warm-start rules_examples and move_examples must be >= 0, got {self.rules_examples}"
+                             f" and {self.move_examples}")
         if self.depth not in DEPTH_SECTIONS:
             raise ValueError(f"warm-start depth {self.depth!r} is not supported (allowed: {sorted(DEPTH_SECTIONS)})")
         for name in ("episodes", "epochs", "batch_size"):
@@ -256,7 +315,7 @@ class WarmStartSettings:
 
 def _fit_settings(settings: WarmStartSettings) -> FitSettings:
     return FitSettings(epochs=settings.epochs, lr=settings.lr, batch_size=settings.batch_size,
-                       max_seconds=settings.max_seconds, seed=settings.seed)
+                       max_seconds=settings.max_seconds, seed=settings.seed, example_mean=settings.move_examples > 0)
 
 
 def _train(
@@ -274,14 +333,17 @@ def warm_start(model_dir: Path, out_dir: Path, game: str, settings: WarmStartSet
 
 
 def warm_start_examples(game: str, settings: WarmStartSettings) -> list[Example]:
-    """The transcripts, and `rules_examples` rules-corpus examples after them (a corpus of its own seed; the fit
-    shuffles)."""
+    """The transcripts, then `rules_examples` rules-corpus examples (a corpus of its own seed) and `move_examples`
+    examples of naming a legal move (the fit shuffles)."""
     examples = transcripts(game, settings.depth, settings.episodes, settings.seed, settings.player,
                            settings.game_options, settings.name_legal_moves)
     if settings.rules_examples:
         corpus = PretrainSettings(examples=settings.rules_examples, seed=settings.seed + 1,
                                   game_options=settings.game_options)
         examples += pretrain_examples(game, corpus)
+    if settings.move_examples:
+        examples += move_examples(game, settings.depth, settings.move_examples, settings.seed,
+                                  settings.game_options, settings.name_legal_moves)
     return examples
 
 
@@ -293,6 +355,8 @@ def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples
         del fields["rules_examples"]
     if not settings.name_legal_moves:  # and those whose template lists no legal moves
         del fields["name_legal_moves"]
+    if not settings.move_examples:  # and those without move examples
+        del fields["move_examples"]
     return supervised.cache_key(model_dir, {"version": WARM_VERSION, "game": game, "settings": fields,
                                             "transcripts": supervised.examples_hash(examples)})
 

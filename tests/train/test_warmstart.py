@@ -376,7 +376,8 @@ def test_rules_examples_are_mixed_into_the_warm_start_and_keep_old_keys(tiny_mod
     mixed = warm_start_examples("tic_tac_toe", WarmStartSettings(episodes=5, depth=1, rules_examples=12))
     assert mixed[: len(base)] == base
     assert mixed[len(base):] == pretrain_examples("tic_tac_toe", PretrainSettings(examples=12, seed=1))
-    fields = {k: v for k, v in asdict(plain).items() if k not in ("game_options", "rules_examples", "name_legal_moves")}
+    fields = {k: v for k, v in asdict(plain).items()
+              if k not in ("game_options", "rules_examples", "name_legal_moves", "move_examples")}
     before = supervised.cache_key(tiny_model_dir, {"version": WARM_VERSION, "game": "tic_tac_toe", "settings": fields,
                                                    "transcripts": supervised.examples_hash(base)})
     assert _cache_key(tiny_model_dir, "tic_tac_toe", plain, base) == before
@@ -423,3 +424,97 @@ def test_name_legal_moves_changes_the_cache_key_and_is_refused_with_private_info
     assert load_config(root / "tic_tac_toe_tiny.yaml", ["warm_start.name_legal_moves=true"]).warm_start.name_legal_moves
     with pytest.raises(ConfigError, match="warm_start.name_legal_moves: kuhn_poker has private information"):
         load_config(root / "kuhn_poker_tiny.yaml", ["warm_start.name_legal_moves=true"])
+
+
+def test_a_partial_reply_learns_its_target_alone(tiny_model_dir: Path) -> None:
+    """A `PartialReply`: the prompt and the reply's opening get no loss, the target's tokens do, and no end-of-turn
+    token follows it (the reply goes on)."""
+    from strat.train.supervised import PartialReply
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    (messages, response), *_ = transcripts("tic_tac_toe", 2, 1, seed=0)
+    reply = PartialReply("<past>So far nothing.</past>\n<their_view>When they see", " b2")
+    ids, labels = encode_example(tokenizer, messages, reply)
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
+    opening = tokenizer(reply.prefix, add_special_tokens=False)["input_ids"]
+    target = tokenizer(" b2", add_special_tokens=False)["input_ids"]
+    assert ids == list(prompt) + opening + target
+    assert labels == [IGNORE_INDEX] * (len(prompt) + len(opening)) + target
+    assert tokenizer.eos_token_id not in labels
+    assert tokenizer.decode(target) == " b2"
+    # A whole reply still ends with the end-of-turn token.
+    assert encode_example(tokenizer, messages, response)[1][-1] == tokenizer.eos_token_id
+
+
+def test_example_mean_weighs_each_example_the_same(tiny_model_dir: Path) -> None:
+    """`example_mean`: the loss is the mean over the examples of each one's mean over its tokens (a two-token move
+    weighs as much as a whole reply), against the token mean by default; both checked against plain forward passes."""
+    from strat.train.supervised import PartialReply
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    (messages, response), (other, _), *_ = transcripts("tic_tac_toe", 2, 1, seed=0)
+    encoded = [encode_example(tokenizer, messages, response),
+               encode_example(tokenizer, other, PartialReply("<past>Nothing yet.</past>\n<their_view>", "a1"))]
+    sums, counts = [], []
+    with torch.no_grad():
+        for ids, labels in encoded:
+            start = next(i for i, label in enumerate(labels) if label != IGNORE_INDEX)
+            logits = model(torch.tensor([ids])).logits[0]
+            sums.append(F.cross_entropy(logits[start - 1 : -1], torch.tensor(ids[start:]), reduction="sum").item())
+            counts.append(len(ids) - start)
+        batch = collate(encoded, tokenizer.pad_token_id)
+        by_example = supervised.response_loss(model, batch, example_mean=True).item()
+        by_token = supervised.response_loss(model, batch).item()
+    assert counts[1] <= 2 < 50 < counts[0]
+    assert by_example == pytest.approx((sums[0] / counts[0] + sums[1] / counts[1]) / 2, rel=1e-4)
+    assert by_token == pytest.approx(sum(sums) / sum(counts), rel=1e-4)
+
+
+@pytest.mark.parametrize(("game", "depth"), [("tic_tac_toe", 2), ("connect_four", 1), ("kuhn_poker", 1),
+                                             ("liars_dice", 0)])
+def test_move_examples_name_a_uniformly_drawn_legal_move_where_the_response_chooses(game: str, depth: int) -> None:
+    """Each move example is the prompt, a templated response cut right before it first names its move (inside the
+    section that chooses it), and a legal move of the prompt's list as the target; which legal move is uniform, so
+    over many examples the targets spread over the legal moves instead of following a player."""
+    from strat.train.supervised import PartialReply
+    from strat.train.warmstart import FIRST_NAMED_IN, move_examples
+
+    examples = move_examples(game, depth, 60, seed=3)
+    assert len(examples) == 60
+    assert examples == move_examples(game, depth, 60, seed=3) != move_examples(game, depth, 60, seed=4)
+    share_of_legal = []
+    for messages, reply in examples:
+        assert isinstance(reply, PartialReply)
+        legal = messages[-1]["content"].split("Legal actions: ")[1].splitlines()[0].split(", ")
+        assert reply.target.lstrip(" ") in legal
+        assert reply.target.startswith(" ") == (not reply.prefix.endswith(("<action>", "\n")))
+        section = FIRST_NAMED_IN[depth]
+        assert f"<{section}>" in reply.prefix and f"</{section}>" not in reply.prefix
+        share_of_legal.append(1 / len(legal))
+    # Uniform among the legal moves: the target is the first listed legal move about as often as 1/len(legal) says.
+    firsts = sum(reply.target.lstrip(" ") == m[-1]["content"].split("Legal actions: ")[1].split(", ")[0]
+                 for m, reply in examples)
+    expected = sum(share_of_legal)
+    assert abs(firsts - expected) < 4 * (expected ** 0.5) + 1
+
+
+def test_move_examples_join_the_warm_start_and_change_its_key_and_loss(tiny_model_dir: Path) -> None:
+    from strat.config_loading import load_config
+    from strat.train.settings import warm_start_settings
+    from strat.train.warmstart import _cache_key, _fit_settings, move_examples, warm_start_examples
+
+    plain = WarmStartSettings(episodes=3, depth=2)
+    mixed = WarmStartSettings(episodes=3, depth=2, move_examples=7)
+    base = warm_start_examples("tic_tac_toe", plain)
+    examples = warm_start_examples("tic_tac_toe", mixed)
+    assert examples == base + move_examples("tic_tac_toe", 2, 7, 0)
+    assert _cache_key(tiny_model_dir, "tic_tac_toe", mixed, examples) != _cache_key(tiny_model_dir, "tic_tac_toe",
+                                                                                   plain, base)
+    assert supervised.examples_hash(examples) != supervised.examples_hash(base)
+    assert _fit_settings(mixed).example_mean and not _fit_settings(plain).example_mean
+    root = Path(__file__).resolve().parents[2] / "configs"
+    config = load_config(root / "tic_tac_toe_tiny.yaml", ["warm_start.move_examples=500"])
+    assert warm_start_settings(config).move_examples == 500
+    with pytest.raises(ValueError, match="move_examples must be >= 0"):
+        WarmStartSettings(move_examples=-1)
