@@ -300,6 +300,11 @@ class OpponentConfig(_Section):
     """For kind=league: how each step's member is drawn. `uniform` (unset: uniform); or `pfsp`, prioritized
     fictitious self-play: a member's weight is (1 - p)^2, p the policy's running score against it (wins 1, draws 1/2,
     one win and one loss of prior), so members it still loses to are drawn most."""
+    decay: float | None = Field(None, gt=0.0, le=1.0)
+    """For kind=league: how much of a member's record (the games won, drawn and lost against it, which `pfsp` draws
+    by) is kept each time that member plays again, before the new games are added: below 1, the score follows the
+    policy as it changes, where old games against a member say little about the policy of today. Unset: 1, every game
+    counts the same."""
 
     @property
     def league_size(self) -> int:
@@ -311,10 +316,15 @@ class OpponentConfig(_Section):
         """`sampling` with its default (a league's)."""
         return self.sampling or "uniform"
 
+    @property
+    def league_decay(self) -> float:
+        """`decay` with its default (a league's)."""
+        return self.decay if self.decay is not None else 1.0
+
     @model_validator(mode="after")
     def _name_for_scripted(self) -> OpponentConfig:
-        if self.kind != "league" and (self.size is not None or self.sampling is not None):
-            raise ValueError(f"size and sampling are only for kind=league, not kind={self.kind}")
+        if self.kind != "league" and (self.size is not None or self.sampling is not None or self.decay is not None):
+            raise ValueError(f"size, sampling and decay are only for kind=league, not kind={self.kind}")
         if self.kind == "scripted" and not self.name:
             raise ValueError("a scripted opponent needs a name (random, heuristic, equilibrium, minimax)")
         if self.kind == "policy" and not self.name:

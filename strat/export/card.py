@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import games
 from strat.algorithm.reasoning import DEPTH_SECTIONS, build_messages, format_prompt
-from strat.config import ExperimentConfig
+from strat.config import ExperimentConfig, OpponentConfig
 
 if TYPE_CHECKING:
     from strat.train.resume import ResumeOverrides
@@ -219,10 +219,14 @@ def _kl_penalty(config: ExperimentConfig) -> str:
 
 def _opponents(config: ExperimentConfig) -> str:
     total = sum(o.weight for o in config.game.opponents)
-    parts = [f"{o.kind}{f' ({o.name})' if o.name else ''}"
-             f"{f' (last {o.league_size} snapshots, {o.league_sampling})' if o.kind == 'league' else ''}"
+    parts = [f"{o.kind}{f' ({o.name})' if o.name else ''}{_league(o) if o.kind == 'league' else ''}"
              f" {o.weight / total:.0%}" for o in config.game.opponents]
     return ", ".join(parts)
+
+
+def _league(opponent: OpponentConfig) -> str:
+    decay = f", record decay {opponent.league_decay:g}" if opponent.league_decay < 1 else ""
+    return f" (last {opponent.league_size} snapshots, {opponent.league_sampling}{decay})"
 
 
 def _fence(text: str) -> list[str]:

@@ -5,7 +5,9 @@ weights, loads the drawn one into the league's agent and checkpoints `League.to_
 
 PFSP (AlphaStar's `f_hard`): a member's weight is (1 - p)^2, where p is the policy's estimated score against it, wins
 counting 1 and draws 1/2, with one win and one loss of prior, (wins + draws/2 + 1) / (games + 2). A member the policy
-always beats fades; one it still loses to is drawn most; an unplayed one has p = 1/2.
+always beats fades; one it still loses to is drawn most; an unplayed one has p = 1/2. With `decay` below 1 the
+record is a running one: each time a member plays, its record so far is multiplied by `decay` before the step's
+games are added, so the score follows the policy as it changes instead of averaging over its whole history.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ class Member:
 
     step: int
     path: str
-    wins: int = 0
-    draws: int = 0
-    losses: int = 0
+    wins: float = 0
+    draws: float = 0
+    losses: float = 0
+    """Games won, drawn and lost; fractional once a decay has weighed earlier games down."""
 
     @property
-    def games(self) -> int:
+    def games(self) -> float:
         return self.wins + self.draws + self.losses
 
     @property
@@ -50,10 +53,14 @@ class League:
     size: int
     sampling: Sampling
     members: list[Member] = field(default_factory=list)
+    decay: float = 1.0
+    """The weight a member's earlier games keep each time it plays again (1: every game counts the same)."""
 
     def __post_init__(self) -> None:
         if self.size < 1:
             raise ValueError(f"a league holds at least one member, not {self.size}")
+        if not 0.0 < self.decay <= 1.0:
+            raise ValueError(f"a league's decay lies in (0, 1], not {self.decay}")
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"league sampling {self.sampling!r} (allowed: {', '.join(SAMPLINGS)})")
 
@@ -94,8 +101,8 @@ class League:
 
     def record(self, step: int, episodes: Iterable[Episode]) -> tuple[int, int, int]:
         """Count the games of `episodes` played against the league (the member of `step` held its seats) from the
-        learning seat's return: > 0 a win, 0 a draw, < 0 a loss; returns this call's (wins, draws, losses). A member
-        already pushed out is not counted."""
+        learning seat's return: > 0 a win, 0 a draw, < 0 a loss; returns this call's (wins, draws, losses). The
+        member's record so far is first multiplied by `decay`. A member already pushed out is not counted."""
         wins = draws = losses = 0
         for episode in episodes:
             if LEAGUE_SEAT not in episode.seats.values():
@@ -107,6 +114,8 @@ class League:
                 losses += result < 0
         member = self.find(step)
         if member is not None:
+            member.wins, member.draws, member.losses = (self.decay * count for count in
+                                                        (member.wins, member.draws, member.losses))
             member.wins += wins
             member.draws += draws
             member.losses += losses
@@ -116,11 +125,14 @@ class League:
         return [member.path for member in self.members]
 
     def to_json(self) -> dict[str, Any]:
-        return {"size": self.size, "sampling": self.sampling, "members": [asdict(m) for m in self.members]}
+        return {"size": self.size, "sampling": self.sampling, "decay": self.decay,
+                "members": [asdict(m) for m in self.members]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> League:
-        return cls(int(data["size"]), data["sampling"], [Member(**m) for m in data["members"]])
+        """The league `to_json` wrote; one saved before `decay` existed has decay 1 (what it ran with)."""
+        return cls(int(data["size"]), data["sampling"], [Member(**m) for m in data["members"]],
+                   float(data.get("decay", 1.0)))
 
 
 def keep_paths(*leagues: League | None) -> set[str]:

@@ -41,7 +41,7 @@ class LeagueOpponent:
         if opponent is None:
             raise ValueError("the config has no league opponent")
         self.config, self.run_dir, self.fleet = config, run_dir, fleet
-        self.league = League(opponent.league_size, opponent.league_sampling)
+        self.league = League(opponent.league_size, opponent.league_sampling, decay=opponent.league_decay)
         self._checkpointed: League | None = None
         """The league as the last checkpoint holds it (its members' weights must stay on disk)."""
         self._drawn: dict[int, int] = {}

@@ -157,6 +157,29 @@ def test_a_member_leaves_the_disk_once_neither_the_league_the_checkpoint_nor_the
         again.restore(None)
 
 
+def test_a_decay_makes_the_record_a_running_one() -> None:
+    """With decay 1/2 a member's record is halved each time it plays again before the new games count: 4 wins, then
+    2 losses -> 2 wins and 2 losses, score (2 + 1) / (4 + 2) = 1/2, where the whole history gives (4 + 1) / (6 + 2)
+    = 5/8; a third step of 1 draw -> 1 win, 1 draw, 1 loss, score (1 + 1/2 + 1) / (3 + 2) = 1/2."""
+    running, whole = League(2, "pfsp", decay=0.5), League(2, "pfsp")
+    for league in (running, whole):
+        league.add(0, "/m/0")
+        league.record(0, [_episode(1.0)] * 4)
+        assert league.record(0, [_episode(-1.0)] * 2) == (0, 0, 2)
+    member = running.members[0]
+    assert (member.wins, member.losses, member.score) == (2, 2, pytest.approx(1 / 2))
+    assert whole.members[0].score == pytest.approx(5 / 8)
+    running.record(0, [_episode(0.0)])
+    member = running.members[0]
+    assert (member.wins, member.draws, member.losses, member.score) == (1, 1, 1, pytest.approx(1 / 2))
+    # The decay is checkpointed; a league saved before it existed loads with decay 1.
+    assert League.from_json(running.to_json()) == running
+    old = {key: value for key, value in whole.to_json().items() if key != "decay"}
+    assert League.from_json(old).decay == 1.0
+    with pytest.raises(ValueError, match="decay"):
+        League(2, "pfsp", decay=0.0)
+
+
 # --- the config ------------------------------------------------------------------------------
 
 
@@ -165,12 +188,18 @@ def test_a_league_is_configured() -> None:
     league = config.game.opponents[1]
     assert (league.league_size, league.league_sampling) == (3, "pfsp")
     assert (OpponentConfig(kind="league").league_size, OpponentConfig(kind="league").league_sampling) == (5, "uniform")
+    assert OpponentConfig(kind="league").league_decay == 1.0
+    decayed = load_config(DEFAULT, ["game.opponents=[{kind: self}, {kind: league, sampling: pfsp, decay: 0.5}]"])
+    assert decayed.game.opponents[1].league_decay == 0.5
 
 
 @pytest.mark.parametrize(("opponents", "message"), [
     ("[{kind: league}, {kind: league}]", "game.opponents.1: a second league"),
     ("[{kind: self}, {kind: league}, {kind: snapshot}]", "game.opponents.2: a snapshot opponent beside a league"),
-    ("[{kind: self, size: 3}]", "size and sampling are only for kind=league"),
+    ("[{kind: self, size: 3}]", "size, sampling and decay are only for kind=league"),
+    ("[{kind: snapshot, decay: 0.5}]", "size, sampling and decay are only for kind=league"),
+    ("[{kind: league, decay: 0}]", "decay"),
+    ("[{kind: league, decay: 1.5}]", "decay"),
     ("[{kind: league, size: 0}]", "size"),
     ("[{kind: league, sampling: best}]", "'uniform' or 'pfsp'"),
 ])
