@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from strat.model import manifest
+
 WEIGHTS = "model.safetensors"
 
 
@@ -47,7 +49,7 @@ def average(paths: list[Path]) -> dict[str, torch.Tensor]:
 
 def write_average(run: Path, last: int, out: Path) -> Path:
     """A run folder `out` (the run's config.yaml, one checkpoint: the mean of the last `last` checkpoints, numbered
-    as the newest) for `strat eval --policy out`."""
+    as the newest, with its manifest) for `strat eval --policy out`."""
     found = checkpoints(run)
     if len(found) < last:
         raise SystemExit(f"{run}: {len(found)} complete checkpoints, fewer than --last {last}"
@@ -66,7 +68,7 @@ def write_average(run: Path, last: int, out: Path) -> Path:
         if item.is_file() and item.name not in (WEIGHTS, "optimizer.pt", "COMPLETE"):
             shutil.copy(item, target / item.name)
     save_file(average([path for _, path in chosen]), str(target / WEIGHTS))
-    (target / "COMPLETE").write_text(str(step))
+    manifest.write(target, step)  # last, as a run writes its checkpoints: the averaged files can be verified
     return out
 
 

@@ -38,7 +38,16 @@ def test_the_last_k_checkpoints_are_averaged_into_a_run_folder(averaging, tmp_pa
     weights = load_file(folder / "model.safetensors")
     assert torch.equal(weights["w"], torch.full((2, 2), (2.0 + 4.0 + 8.0) / 3))
     assert torch.equal(weights["b"], torch.full((3,), -(2.0 + 4.0 + 8.0) / 3))
-    assert (folder / "config.json").is_file() and (folder / "COMPLETE").read_text() == "4"
+    assert (folder / "config.json").is_file()
+    # The averaged checkpoint carries a manifest of its own files, which verifies, and catches a damaged copy.
+    from strat.model import manifest
+
+    listed = manifest.read(folder, 4)
+    assert isinstance(listed, manifest.Manifest) and {f.path for f in listed.files} == {"config.json",
+                                                                                      "model.safetensors"}
+    assert manifest.verify(folder, 4).status == "verified"
+    (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:-1] + b"\0")
+    assert manifest.verify(folder, 4).status == "damaged"
     assert not (folder / "optimizer.pt").exists() and (out / "config.yaml").is_file()
     one = averaging.write_average(run, 1, tmp_path / "one")
     assert torch.equal(load_file(one / "checkpoints" / "step_4" / "model.safetensors")["w"], torch.full((2, 2), 8.0))
