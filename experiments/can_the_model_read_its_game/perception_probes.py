@@ -64,7 +64,7 @@ from strat.algorithm.reasoning import (  # noqa: E402
     parse_response,
 )
 from strat.algorithm.records import BeliefTarget  # noqa: E402
-from strat.train.warmstart import FIRST_NAMED_IN, first_mention, templated_response  # noqa: E402, F401
+from strat.train.warmstart import first_mention, templated_response  # noqa: E402
 
 Messages = list[dict[str, str]]
 Scorer = Callable[[Messages, str, Sequence[str], bool], dict[str, float]]
@@ -78,6 +78,8 @@ DICE_GAMES = ("liars_dice",)
 BELIEF_BARS = {"kuhn_poker": 0.05, "leduc_poker": 0.10}
 LEGAL_BAR = 0.99
 OPENING_BAR = 0.3
+
+
 @dataclass(frozen=True)
 class Interval:
     """A mean with its Student-t 95% interval over `n` values (infinite for one value, nan for none)."""

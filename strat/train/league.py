@@ -114,11 +114,9 @@ class League:
                 losses += result < 0
         member = self.find(step)
         if member is not None:
-            member.wins, member.draws, member.losses = (self.decay * count for count in
-                                                        (member.wins, member.draws, member.losses))
-            member.wins += wins
-            member.draws += draws
-            member.losses += losses
+            member.wins = self.decay * member.wins + wins
+            member.draws = self.decay * member.draws + draws
+            member.losses = self.decay * member.losses + losses
         return wins, draws, losses
 
     def paths(self) -> list[str]:

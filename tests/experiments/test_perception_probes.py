@@ -18,7 +18,7 @@ from games.posterior import posterior
 from strat.algorithm.reasoning import DEPTH_SECTIONS, parse_response
 from strat.engines import build_engine
 from strat.model import tiny
-from strat.train.warmstart import templated_response
+from strat.train.warmstart import FIRST_NAMED_IN, templated_response
 
 from .conftest import experiment_module
 
@@ -66,7 +66,7 @@ def test_first_mention_is_where_the_template_chooses_its_move(probes, depth: int
     response = templated_response(env, agent, 2, depth, random.Random(0))
     prefix, space = probes.first_mention(response, "column 3", depth)
     assert space and response.startswith(prefix + " column 3")
-    section = probes.FIRST_NAMED_IN[depth]
+    section = FIRST_NAMED_IN[depth]
     assert f"<{section}>" in prefix and f"</{section}>" not in prefix
     assert "<action>" not in prefix
     if depth == 2:
