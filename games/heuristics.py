@@ -193,6 +193,17 @@ def kuhn_poker_timid(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
     return _lean(PASS, legal, 0.8 if card == 0 else 0.5)
 
 
+def kuhn_poker_bully(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
+    """A bully who bets into a pot nobody has bet and backs down once someone bets: before any bet it bets nine
+    times in ten with the highest card and half the time with any other; facing a bet it calls as the timid player
+    does (half the time with the highest card, one time in four with a middle card, one time in ten with the
+    lowest), otherwise it folds. Its move depends on the betting as well as on its card."""
+    if env.facing_bet():
+        return kuhn_poker_timid(env, agent)
+    legal, card = env.legal_actions(agent), env.card(agent)
+    return _lean(BET, legal, 0.8) if card == env.spec.num_players else _uniform(legal)
+
+
 CONTRARIAN: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
     "kuhn_poker": kuhn_poker_contrarian,
     "leduc_poker": leduc_poker_contrarian,
@@ -207,6 +218,13 @@ TIMID: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
 """Weak players that rank their cards correctly but bet and call far too rarely (hardly ever bluff, fold the middle
 card to most bets, slow-play the best one): a warm start that imitates them acts on its card the right way round
 and leaves RL the strategy (how often to bet, bluff and call)."""
+
+BULLY: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
+    "kuhn_poker": kuhn_poker_bully,
+}
+"""Weak players whose moves depend on the betting as well as the card (bet freely into an unbet pot, call as rarely
+as the timid player): a warm start that imitates them reads both the card and whether it faces a bet, where the
+timid player's moves depend on the card alone (more exploitable than always betting: 0.408 against 1/3)."""
 
 
 def liars_dice_truthful(env: LiarsDiceEnv, agent: str) -> dict[int, float]:

@@ -75,8 +75,12 @@ class KuhnPokerEnv(OpenSpielEnv):
             return "Checking or folding suggests a weak card.", others[0]
         return "They have not acted yet.", rng.choice(others)
 
+    def facing_bet(self) -> bool:
+        """Whether someone has bet this hand: the player to act then calls or folds rather than bets or checks."""
+        return any(event.player >= 0 and event.action == BET for event in self._state.full_history())
+
     def move_reading(self, agent: str, action: int) -> str:
-        facing = any(event.player >= 0 and event.action == BET for event in self._state.full_history())
+        facing = self.facing_bet()
         if action == BET:
             return "they may think my card is good enough to win" if facing else "they may take it for a strong card"
         return "they will see that my card is weak" if facing else "they may take it for a weak or middling card"

@@ -1,5 +1,5 @@
-"""Scripted opponents behind one interface: random, heuristic, the weak players (contrarian, timid, truthful),
-equilibrium (CFR), minimax."""
+"""Scripted opponents behind one interface: random, heuristic, the weak players (contrarian, timid, bully,
+truthful), equilibrium (CFR), minimax."""
 
 from __future__ import annotations
 
@@ -67,6 +67,7 @@ def _availability() -> dict[str, frozenset[str]]:
         "heuristic": frozenset(heuristics.POLICIES),
         "contrarian": frozenset(heuristics.CONTRARIAN),
         "timid": frozenset(heuristics.TIMID),
+        "bully": frozenset(heuristics.BULLY),
         "truthful": frozenset(heuristics.TRUTHFUL),
         "equilibrium": frozenset(equilibrium.GAMES),
         "minimax": frozenset(minimax.GAMES),
@@ -95,7 +96,7 @@ def make_opponent(
     if name == "random":
         return RandomOpponent(seed)
     scripted = {"heuristic": heuristics.POLICIES, "contrarian": heuristics.CONTRARIAN, "timid": heuristics.TIMID,
-                "truthful": heuristics.TRUTHFUL}
+                "bully": heuristics.BULLY, "truthful": heuristics.TRUTHFUL}
     if name in scripted:
         return PolicyOpponent(name, scripted[name][game], seed)
     if name == "equilibrium":

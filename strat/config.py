@@ -101,7 +101,7 @@ class ModelConfig(_Section):
         return self.path.split(":", 1)[1] if self.path.startswith("tiny:") else None
 
 
-WarmStartPlayer = Literal["random", "heuristic", "contrarian", "timid"]
+WarmStartPlayer = Literal["random", "heuristic", "contrarian", "timid", "bully"]
 WEAK_PLAYERS: tuple[str, ...] = get_args(WarmStartPlayer)
 """Scripted players whose play a warm start may imitate; equilibrium and minimax would teach strategy, not format."""
 
@@ -165,7 +165,10 @@ class WarmStartConfig(_Section):
     the private card or die, so the warm-started model already attends to it and RL only has to turn the mapping around.
     `timid` (Kuhn poker) ranks its cards the right way round but rarely bets or calls (the King half the time, the
     Queen one time in four, the Jack one time in ten): more exploitable than always betting, and RL has to learn
-    how often to bet, bluff and call rather than which card is which."""
+    how often to bet, bluff and call rather than which card is which. Its moves depend on the card alone, so the
+    warm-started model learns to ignore the betting. `bully` (Kuhn poker) bets freely into a pot nobody has bet (the
+    King nine times in ten, any other card half the time) and calls a bet as rarely as `timid`: as weak (0.408
+    exploitable against always betting's 1/3), but its moves depend on whether it faces a bet."""
     max_seconds: float = Field(1800.0, gt=0.0)
     """A guard for slow machines: training stops after this long (then not reproducible)."""
     seed: int = Field(0, ge=0)

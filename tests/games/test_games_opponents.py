@@ -55,7 +55,7 @@ def mean_return(name: str, hero: str, villain: str, deals: int, **options) -> tu
 
 
 def test_opponent_names_and_errors():
-    assert opponent_names("kuhn_poker") == ["random", "heuristic", "contrarian", "timid", "equilibrium"]
+    assert opponent_names("kuhn_poker") == ["random", "heuristic", "contrarian", "timid", "bully", "equilibrium"]
     assert opponent_names("leduc_poker") == ["random", "heuristic", "contrarian", "equilibrium"]
     assert opponent_names("tic_tac_toe") == ["random", "heuristic", "minimax"]
     assert opponent_names("liars_dice") == ["random", "heuristic", "contrarian", "truthful"]
@@ -160,6 +160,22 @@ def test_kuhn_timid_ranks_its_cards_right_and_is_weak():
     _, uniform = tabular_policy("kuhn_poker", make_opponent("random", "kuhn_poker"))
     assert exploitability.exploitability(game, uniform) == pytest.approx(0.4583, abs=1e-3)
     assert "timid" not in opponent_names("tic_tac_toe")
+
+
+def test_kuhn_bully_reads_the_betting_and_is_weak():
+    """By hand: with no bet before it (player 0's opening, player 1 after a check) it bets the King 9/10 and the
+    Queen and the Jack 1/2; facing a bet (player 1 after a bet, player 0 after check-bet) it calls as the timid player
+    does (King 1/2, Queen 1/4, Jack 1/10). OpenSpiel scores it more exploitable (0.408) than always betting (1/3)."""
+    bully = make_opponent("bully", "kuhn_poker")
+    game, policy = tabular_policy("kuhn_poker", bully)
+    table = policy.to_dict()
+    assert len(table) == 12
+    for state_key, probs in table.items():
+        card, history = int(state_key[0]), state_key[1:]
+        expected = (0.1, 0.25, 0.5)[card] if "b" in history else (0.5, 0.5, 0.9)[card]
+        assert dict(probs)[1] == pytest.approx(expected), state_key
+    assert exploitability.exploitability(game, policy) == pytest.approx(0.4083, abs=1e-3)
+    assert "bully" not in opponent_names("leduc_poker")
 
 
 def _liars_dice_deals():
