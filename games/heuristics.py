@@ -204,6 +204,15 @@ def kuhn_poker_bully(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
     return _lean(BET, legal, 0.8) if card == env.spec.num_players else _uniform(legal)
 
 
+def kuhn_poker_station(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
+    """A calling station: it bets as the timid player does (half the time with the highest card, one time in four
+    with a middle card, one time in ten with the lowest) but calls a bet half the time whatever its card. Its move
+    depends on the betting as well as on its card."""
+    if env.facing_bet():
+        return _uniform(env.legal_actions(agent))
+    return kuhn_poker_timid(env, agent)
+
+
 CONTRARIAN: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
     "kuhn_poker": kuhn_poker_contrarian,
     "leduc_poker": leduc_poker_contrarian,
@@ -222,9 +231,15 @@ and leaves RL the strategy (how often to bet, bluff and call)."""
 BULLY: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
     "kuhn_poker": kuhn_poker_bully,
 }
-"""Weak players whose moves depend on the betting as well as the card (bet freely into an unbet pot, call as rarely
-as the timid player): a warm start that imitates them reads both the card and whether it faces a bet, where the
-timid player's moves depend on the card alone (more exploitable than always betting: 0.408 against 1/3)."""
+"""A weak player whose moves depend on the betting as well as the card (it bets freely into an unbet pot and calls as
+rarely as the timid player; 0.408 exploitable against always betting's 1/3), where the timid player's depend on the
+card alone."""
+
+STATION: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
+    "kuhn_poker": kuhn_poker_station,
+}
+"""A weak player whose moves depend on the betting as well as the card (it bets as rarely as the timid player and
+calls half the time whatever its card; 0.442 exploitable), so that a warm start that imitates it reads both."""
 
 
 def liars_dice_truthful(env: LiarsDiceEnv, agent: str) -> dict[int, float]:

@@ -1,5 +1,5 @@
 """Scripted opponents behind one interface: random, heuristic, the weak players (contrarian, timid, bully,
-truthful), equilibrium (CFR), minimax."""
+station, truthful), equilibrium (CFR), minimax."""
 
 from __future__ import annotations
 
@@ -68,6 +68,7 @@ def _availability() -> dict[str, frozenset[str]]:
         "contrarian": frozenset(heuristics.CONTRARIAN),
         "timid": frozenset(heuristics.TIMID),
         "bully": frozenset(heuristics.BULLY),
+        "station": frozenset(heuristics.STATION),
         "truthful": frozenset(heuristics.TRUTHFUL),
         "equilibrium": frozenset(equilibrium.GAMES),
         "minimax": frozenset(minimax.GAMES),
@@ -96,7 +97,7 @@ def make_opponent(
     if name == "random":
         return RandomOpponent(seed)
     scripted = {"heuristic": heuristics.POLICIES, "contrarian": heuristics.CONTRARIAN, "timid": heuristics.TIMID,
-                "bully": heuristics.BULLY, "truthful": heuristics.TRUTHFUL}
+                "bully": heuristics.BULLY, "station": heuristics.STATION, "truthful": heuristics.TRUTHFUL}
     if name in scripted:
         return PolicyOpponent(name, scripted[name][game], seed)
     if name == "equilibrium":

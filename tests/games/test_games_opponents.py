@@ -55,7 +55,7 @@ def mean_return(name: str, hero: str, villain: str, deals: int, **options) -> tu
 
 
 def test_opponent_names_and_errors():
-    assert opponent_names("kuhn_poker") == ["random", "heuristic", "contrarian", "timid", "bully", "equilibrium"]
+    assert opponent_names("kuhn_poker") == ["random", "heuristic", "contrarian", "timid", "bully", "station", "equilibrium"]
     assert opponent_names("leduc_poker") == ["random", "heuristic", "contrarian", "equilibrium"]
     assert opponent_names("tic_tac_toe") == ["random", "heuristic", "minimax"]
     assert opponent_names("liars_dice") == ["random", "heuristic", "contrarian", "truthful"]
@@ -176,6 +176,16 @@ def test_kuhn_bully_reads_the_betting_and_is_weak():
         assert dict(probs)[1] == pytest.approx(expected), state_key
     assert exploitability.exploitability(game, policy) == pytest.approx(0.4083, abs=1e-3)
     assert "bully" not in opponent_names("leduc_poker")
+
+
+def test_kuhn_station_bets_timidly_and_calls_at_random():
+    """By hand: with no bet before it, it bets as the timid player does (King 1/2, Queen 1/4, Jack 1/10); facing a
+    bet it calls half the time whatever its card. OpenSpiel scores it 0.442 exploitable."""
+    game, policy = tabular_policy("kuhn_poker", make_opponent("station", "kuhn_poker"))
+    for state_key, probs in policy.to_dict().items():
+        card, history = int(state_key[0]), state_key[1:]
+        assert dict(probs)[1] == pytest.approx(0.5 if "b" in history else (0.1, 0.25, 0.5)[card]), state_key
+    assert exploitability.exploitability(game, policy) == pytest.approx(0.4417, abs=1e-3)
 
 
 def _liars_dice_deals():

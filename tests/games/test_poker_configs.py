@@ -54,7 +54,7 @@ def test_two_training_steps(name: str, tmp_path: Path) -> None:
         assert all(line.endswith(("(valid)", "(INVALID, fallback played)")) for line in turns)
 
 
-@pytest.mark.parametrize("opponent", ["random", "heuristic", "contrarian", "timid", "bully", "equilibrium"])
+@pytest.mark.parametrize("opponent", ["random", "heuristic", "contrarian", "timid", "bully", "station", "equilibrium"])
 def test_three_player_kuhn_with_every_scripted_opponent(opponent: str) -> None:
     """Three-player rollouts against each scripted player: the opponent is made with the game's options (the
     equilibrium player of two-player Kuhn cannot play three), and every seat's chips add up to zero."""
