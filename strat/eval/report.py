@@ -201,6 +201,7 @@ def render_markdown(report: EvalReport, files: Sequence[str] = ()) -> str:
             [[_number(e.value, digits=4), f"[{_number(e.ci_low, digits=4)}, {_number(e.ci_high, digits=4)}]", method]],
         )
         lines += _infoset_validity_markdown(e)
+        lines += _infoset_moves_markdown(e)
     if report.validity is not None:
         lines += ["## Format validity", ""]
         lines += _table(
@@ -246,6 +247,24 @@ def _infoset_validity_markdown(e: ExploitabilityEstimate) -> list[str]:
                         [[f"`{key}`", _number(share)] for key, share in low[:LISTED_STATES]])
     if len(low) > LISTED_STATES:
         lines += [f"and {len(low) - LISTED_STATES} more (every state's share is in eval.json).", ""]
+    return lines
+
+
+TABLED_STATES = 30
+"""Games with at most this many information states get every state's moves tabled in eval.md (Kuhn poker: 12)."""
+
+
+def _infoset_moves_markdown(e: ExploitabilityEstimate) -> list[str]:
+    """The policy's probability of each legal move at every information state, where there are few enough to read."""
+    if not e.infoset_moves:
+        return []
+    if len(e.infoset_moves) > TABLED_STATES:
+        return [f"The policy's moves at each of the {len(e.infoset_moves)} information states are in eval.json"
+                " (`exploitability.infoset_moves`).", ""]
+    source = "the exact table" if e.exact else f"shares of {e.samples_per_infoset} sampled moves"
+    lines = ["## Moves per information state", "", f"The policy's probability of each legal move ({source}).", ""]
+    lines += _table(["information state", "moves"],
+                    [[f"`{key}`", ", ".join(f"{name} {p:.2f}" for name, p in moves)] for key, moves in e.infoset_moves])
     return lines
 
 

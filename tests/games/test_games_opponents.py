@@ -55,7 +55,9 @@ def mean_return(name: str, hero: str, villain: str, deals: int, **options) -> tu
 
 
 def test_opponent_names_and_errors():
-    assert opponent_names("kuhn_poker") == ["random", "heuristic", "contrarian", "timid", "bully", "station", "equilibrium"]
+    assert opponent_names("kuhn_poker") == [
+        "random", "heuristic", "contrarian", "timid", "bully", "station", "equilibrium"
+    ]
     assert opponent_names("leduc_poker") == ["random", "heuristic", "contrarian", "equilibrium"]
     assert opponent_names("tic_tac_toe") == ["random", "heuristic", "minimax"]
     assert opponent_names("liars_dice") == ["random", "heuristic", "contrarian", "truthful"]
