@@ -2,7 +2,8 @@
 options in seconds before spending a 10-minute LLM run on them.
 
     python experiments/which_learning_signals_are_worth_a_run/kuhn_dynamics.py
-        [--init contrarian|random] [--move-entropy 0.5] [--lr 0.5] [--shared 1 --specific 0.2] [--steps 30]
+        [--init contrarian|timid|station|random] [--kl 0.2] [--snapshot-every 5] [--no-scale] [--state-baseline]
+        [--move-entropy 0.5] [--lr 0.5] [--shared 1 --specific 0.2] [--steps 30]
         [--seeds 5] [--group-size 8] [--groups 8] [--mix 0.6 0.2 0.2]
 
 The policy is one Bernoulli "bet" logit per information set (12), optionally plus a logit shared by all of them
@@ -11,7 +12,11 @@ speed relative to the shared one. The loop is the service's: groups of `--group-
 and opponent kind (self-play with both seats learning, the snapshot taken every 5 steps, the uniform random player;
 weights `--mix`), group-relative advantages per seat ((R - mean) / std, 0 for a flat group), REINFORCE on each of the
 seat's moves, an optional bonus on the entropy of each move (`--move-entropy`, the analogue of
-`algorithm.move_entropy_coef`), Adam. It prints the exact exploitability (`strat.eval.exploitability`) every 5 steps for each seed, and the mean.
+`algorithm.move_entropy_coef`), optionally the forward KL to the snapshot (`--kl`, the analogue of
+`algorithm.kl_coef` with `kl_reference: snapshot`), Adam. `--no-scale` leaves the std out of the advantage, and
+`--state-baseline` compares each move's return with the group's at the same information state. `--init` is the
+warm start's player (contrarian, timid, station) or uniform (random). It prints the exact exploitability
+(`strat.eval.exploitability`) every 5 steps for each seed, and the mean.
 
 It leaves out the text: reasoning tokens, the process term, PPO clipping, format failures. It reproduced what the
 LLM runs showed (the drift to betting with every card, exploitability ~0.33 at step 30 from the contrarian warm start)
@@ -61,6 +66,21 @@ def contrarian() -> np.ndarray:
     return np.array([0.75 if card == 0 else 0.25 for card in range(CARDS) for _ in HISTORIES])
 
 
+def timid() -> np.ndarray:
+    """The default warm start's timid player: bet or call the Jack 1/10, the Queen 1/4, the King 1/2, whatever the
+    betting."""
+    return np.array([(0.1, 0.25, 0.5)[card] for card in range(CARDS) for _ in HISTORIES])
+
+
+def station() -> np.ndarray:
+    """The calling station: bets as the timid player does, calls any bet half the time."""
+    return np.array([0.5 if "b" in h else (0.1, 0.25, 0.5)[card] for card in range(CARDS) for h in HISTORIES])
+
+
+INITS = {"contrarian": contrarian, "timid": timid, "station": station,
+         "random": lambda: np.full(CARDS * len(HISTORIES), 0.5)}
+
+
 def _play(cards: tuple[int, int], policies: tuple[np.ndarray, np.ndarray], rng: np.random.Generator):
     history, moves = "", []
     while (end := _terminal(history, cards)) is None:
@@ -83,11 +103,14 @@ def simulate(
     specific: float = 1.0,
     mix: tuple[float, float, float] = (0.6, 0.2, 0.2),
     snapshot_every: int = 5,
+    kl: float = 0.0,
+    scale: bool = True,
+    state_baseline: bool = False,
     seed: int = 0,
 ) -> list[tuple[int, float]]:
     """(step, exploitability) every 5 steps and at the end, for one seed."""
     rng = np.random.default_rng(seed)
-    start = contrarian() if init == "contrarian" else np.full(CARDS * len(HISTORIES), 0.5)
+    start = INITS[init]()
     theta, bias = np.log(start / (1 - start)), 0.0
     snapshot = (theta.copy(), bias)
     moment, second = np.zeros(theta.size + 1), np.zeros(theta.size + 1)
@@ -110,13 +133,25 @@ def simulate(
             for seat in ((0, 1) if kind == 0 else (ego,)):
                 returns = np.array([r[seat] for r, _ in episodes])
                 flat = np.all(returns == returns[0])
-                advantages = np.zeros_like(returns) if flat else (returns - returns.mean()) / (returns.std() + 1e-6)
-                for (_, moves), advantage in zip(episodes, advantages):
+                spread = (returns.std() + 1e-6) if scale else 1.0
+                advantages = np.zeros_like(returns) if flat else (returns - returns.mean()) / spread
+                if state_baseline:  # each move against the group's moves at the same information state
+                    at: dict[int, list[float]] = {}
+                    for (r, moves) in episodes:
+                        for mover, index, _ in moves:
+                            if mover == seat:
+                                at.setdefault(index, []).append(r[seat])
+                    means = {index: float(np.mean(rs)) for index, rs in at.items()}
+                    spread = (returns.std() + 1e-6) if scale else 1.0
+                for (r, moves), advantage in zip(episodes, advantages):
                     for mover, index, bet in moves:
                         if mover != seat:
                             continue
+                        if state_baseline:
+                            advantage = 0.0 if flat else (r[seat] - means[index]) / spread
                         p = current[index]
                         grad[index] += advantage * (bet - p) + move_entropy * (-p * (1 - p) * np.log(p / (1 - p)))
+                        grad[index] -= kl * (p - frozen[index])  # the gradient of KL(snapshot || pi)
                         count += 1
         grad /= max(count, 1)
         full = np.concatenate([grad, [shared * grad.sum()]])
@@ -134,7 +169,7 @@ def simulate(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--init", choices=("contrarian", "random"), default="contrarian")
+    parser.add_argument("--init", choices=tuple(INITS), default="contrarian")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--group-size", type=int, default=8)
@@ -143,11 +178,17 @@ def main() -> None:
     parser.add_argument("--move-entropy", type=float, default=0.0)
     parser.add_argument("--shared", type=float, default=0.0, help="weight of the logit shared by every card (0: none)")
     parser.add_argument("--specific", type=float, default=1.0, help="card-specific step size relative to the shared")
+    parser.add_argument("--kl", type=float, default=0.0, help="forward KL to the snapshot (algorithm.kl_coef)")
+    parser.add_argument("--snapshot-every", type=int, default=5)
+    parser.add_argument("--state-baseline", action="store_true",
+                        help="each move's return less the group's mean return at the same information state")
+    parser.add_argument("--no-scale", action="store_true", help="advantage R - group mean, not divided by the std")
     parser.add_argument("--mix", type=float, nargs=3, default=(0.6, 0.2, 0.2), metavar=("SELF", "SNAPSHOT", "RANDOM"))
     args = parser.parse_args()
     runs = [
         simulate(args.init, args.steps, args.group_size, args.groups, args.lr, args.move_entropy, args.shared,
-                 args.specific, tuple(args.mix), seed=seed)
+                 args.specific, tuple(args.mix), args.snapshot_every, args.kl, not args.no_scale, args.state_baseline,
+                 seed=seed)
         for seed in range(args.seeds)
     ]
     steps = [step for step, _ in runs[0]]

@@ -40,3 +40,15 @@ def test_runs_reproduce_from_the_seed_and_report_every_five_steps(dynamics) -> N
     assert dynamics.simulate(steps=12, groups=4, move_entropy=0.5, shared=1.0, specific=0.2, seed=3) == first
     assert dynamics.simulate(steps=12, groups=4, seed=4) != first
     assert all(0.0 <= e <= 3.0 for _, e in first)
+
+
+def test_the_warm_start_players_and_the_kl(dynamics) -> None:
+    """The timid and station starts are the scripted players' tables (OpenSpiel: 0.388 and 0.442); the KL to the
+    snapshot, made large, holds the policy at its start through the first snapshot period."""
+    assert _openspiel(dynamics, dynamics.timid()) == pytest.approx(0.3879, abs=1e-3)
+    assert _openspiel(dynamics, dynamics.station()) == pytest.approx(0.4417, abs=1e-3)
+    assert dynamics.station()[dynamics.infoset(0, "b")] == 0.5
+    assert dynamics.station()[dynamics.infoset(0, "p")] == 0.1
+    free = dynamics.simulate(init="timid", steps=5, groups=4, lr=0.05, seed=1)[-1][1]
+    held = dynamics.simulate(init="timid", steps=5, groups=4, lr=0.05, kl=1000.0, seed=1)[-1][1]
+    assert abs(free - 0.3879) > 0.03 and abs(held - 0.3879) < 0.01
