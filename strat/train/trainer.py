@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import shutil
 import signal
@@ -76,6 +77,8 @@ about a percent of every token's importance weight is numerics rather than polic
 
 LISTED_STATES = 10
 """Information states below the validity floor named in the evaluation's warning, lowest first."""
+INFOSET_MOVES = "infoset_moves.jsonl"
+"""Each evaluation's moves per information state (where the exploitability is sampled), one line per step."""
 
 
 GAP_KEY = "logprob/engine_learner_gap"
@@ -268,7 +271,7 @@ class Trainer:
             log.warning(checkpoint.unverifiable_note(point.checkpoint))
         # Now, before any actor starts: an unreadable record is refused here, and the steps after the checkpoint,
         # which the run trains again, leave the records (MetricsLog and EpisodeLedger find nothing more to drop).
-        for name in ("metrics.jsonl", "episodes.jsonl"):
+        for name in ("metrics.jsonl", "episodes.jsonl", INFOSET_MOVES):
             truncate_after(self.run_dir / name, point.checkpoint.step)
         read_overrides(self.run_dir)
         self.resume_point = point
@@ -673,7 +676,18 @@ class Trainer:
             out["eval/exploitability"] = estimate.value
             out["eval/exploitability_ci"] = [estimate.ci_low, estimate.ci_high]
             out.update(self._infoset_validity(estimate))
+            self._write_infoset_moves(estimate)
         return out
+
+    def _write_infoset_moves(self, estimate: ExploitabilityEstimate) -> None:
+        """One line of `infoset_moves.jsonl` per evaluation: each information state's moves with the policy's
+        sampled probability of each, so that what the policy conditions on can be followed over the run."""
+        if not estimate.infoset_moves:
+            return
+        moves = {key: dict(named) for key, named in estimate.infoset_moves}
+        with (self.run_dir / INFOSET_MOVES).open("a") as handle:
+            handle.write(json.dumps({"step": self.step, "samples_per_infoset": estimate.samples_per_infoset,
+                                     "moves": moves}) + "\n")
 
     def _infoset_validity(self, estimate: ExploitabilityEstimate) -> dict[str, float]:
         """The lowest information state's share of responses with a legal action, and how many states fall below

@@ -5,6 +5,8 @@ policy conditions on (whether it calls a bet as often as it bets into a check)."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from games.opponents import make_opponent
@@ -52,3 +54,19 @@ def test_a_game_with_many_states_points_to_the_json() -> None:
     text = render_markdown(report)
     assert "## Moves per information state" not in text
     assert "The policy's moves at each of the 31 information states are in eval.json" in text
+
+
+def test_training_writes_each_evaluations_moves(tmp_path) -> None:
+    """The training evaluation appends one line per evaluation to the run's infoset_moves.jsonl (a scripted policy
+    by its exact table has none to write: its moves are known)."""
+    from strat.train.trainer import INFOSET_MOVES, Trainer
+
+    trainer = Trainer.__new__(Trainer)  # only what the writer reads
+    trainer.run_dir, trainer.step = tmp_path, 0
+    trainer._write_infoset_moves(estimate_exploitability("kuhn_poker", _three_bets_in_ten, 10, bootstrap=20))
+    trainer.step = 5
+    trainer._write_infoset_moves(estimate_exploitability("kuhn_poker", _three_bets_in_ten, 10, bootstrap=20))
+    lines = [json.loads(line) for line in (tmp_path / INFOSET_MOVES).read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 5] and lines[1]["samples_per_infoset"] == 10
+    assert lines[1]["moves"]["0pb"] == {"pass": pytest.approx(0.7), "bet": pytest.approx(0.3)}
+    assert len(lines[0]["moves"]) == 12
