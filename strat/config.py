@@ -168,8 +168,8 @@ class WarmStartConfig(_Section):
     how often to bet, bluff and call rather than which card is which. Its moves depend on the card alone, so the
     warm-started model learns to ignore the betting. `bully` (Kuhn poker) bets freely into a pot nobody has bet (the
     King nine times in ten, any other card half the time) and calls a bet as rarely as `timid`: as weak (0.408
-    exploitable against always betting's 1/3), but its moves depend on whether it faces a bet; a model warm-started on it
-    plays far better than it (0.26 exploitable). `station` (Kuhn poker) bets as `timid` does and calls any bet half the
+    exploitable against always betting's 1/3), but its moves depend on whether it faces a bet; a model warm-started on
+    it plays far better than it (0.26 exploitable). `station` (Kuhn poker) bets as `timid` does and calls any bet half the
     time whatever its card (0.442 exploitable): its moves too depend on the betting."""
     max_seconds: float = Field(1800.0, gt=0.0)
     """A guard for slow machines: training stops after this long (then not reproducible)."""
@@ -294,8 +294,8 @@ class OpponentConfig(_Section):
     the job, by its name in `policies` (a fixed LLM opponent)."""
     name: str | None = None
     """For kind=scripted, the scripted opponent's name (random, heuristic, equilibrium, minimax, or a weak player:
-    contrarian, timid, bully, station, truthful; `games.opponents.opponent_names` lists those of a game); for kind=policy, the name
-    of an entry of `policies`."""
+    contrarian, timid, bully, station, truthful; `games.opponents.opponent_names` lists those of a game); for
+    kind=policy, the name of an entry of `policies`."""
     weight: float = Field(1.0, gt=0.0)
     """Relative share of games against this opponent."""
     size: int | None = Field(None, ge=1)
