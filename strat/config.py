@@ -169,8 +169,8 @@ class WarmStartConfig(_Section):
     warm-started model learns to ignore the betting. `bully` (Kuhn poker) bets freely into a pot nobody has bet (the
     King nine times in ten, any other card half the time) and calls a bet as rarely as `timid`: as weak (0.408
     exploitable against always betting's 1/3), but its moves depend on whether it faces a bet; a model warm-started on
-    it plays far better than it (0.26 exploitable). `station` (Kuhn poker) bets as `timid` does and calls any bet half the
-    time whatever its card (0.442 exploitable): its moves too depend on the betting."""
+    it plays far better than it (0.26 exploitable). `station` (Kuhn poker) bets as `timid` does and calls any bet half
+    the time whatever its card (0.442 exploitable): its moves too depend on the betting."""
     max_seconds: float = Field(1800.0, gt=0.0)
     """A guard for slow machines: training stops after this long (then not reproducible)."""
     seed: int = Field(0, ge=0)

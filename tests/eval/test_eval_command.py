@@ -24,7 +24,9 @@ def test_random_on_kuhn(tmp_path: Path) -> None:
     exploitability = data["exploitability"]
     assert exploitability["value"] == pytest.approx(0.4583, abs=1e-4) and exploitability["exact"]
     assert exploitability["ci_low"] == exploitability["ci_high"] == exploitability["value"]
-    assert [m["opponent"] for m in data["matches"]] == ["random", "heuristic", "contrarian", "timid", "bully", "station", "equilibrium"]
+    assert [m["opponent"] for m in data["matches"]] == [
+        "random", "heuristic", "contrarian", "timid", "bully", "station", "equilibrium"
+    ]
     match = data["matches"][1]
     assert match["games"] == 20 and len(match["seat_returns"]) == 2
     assert match["mean_return"]["low"] <= match["mean_return"]["value"] <= match["mean_return"]["high"]
@@ -92,7 +94,8 @@ def test_output_is_deterministic(tmp_path: Path) -> None:
         (dict(policy="nobody", game="kuhn_poker"), "not a checkpoint or run directory, nor a scripted policy"),
         (dict(policy="random", game="chess"), "unknown game"),
         (dict(policy="random"), "needs --game"),
-        (dict(policy="minimax", game="kuhn_poker"), "scripted: random, heuristic, contrarian, timid, bully, station, equilibrium"),
+        (dict(policy="minimax", game="kuhn_poker"),
+         "scripted: random, heuristic, contrarian, timid, bully, station, equilibrium"),
         (dict(policy="random", game="kuhn_poker", opponents=["random,minimax"]), "--opponents: minimax"),
         (dict(game="kuhn_poker"), "needs --policy"),
         (dict(game="kuhn_poker", head_to_head_policies=["random"]), "at least two"),
