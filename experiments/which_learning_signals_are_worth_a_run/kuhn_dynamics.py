@@ -3,6 +3,7 @@ options in seconds before spending a 10-minute LLM run on them.
 
     python experiments/which_learning_signals_are_worth_a_run/kuhn_dynamics.py
         [--init contrarian|timid|station|random] [--kl 0.2] [--snapshot-every 5] [--no-scale] [--state-baseline]
+        [--split-shared]
         [--move-entropy 0.5] [--lr 0.5] [--shared 1 --specific 0.2] [--steps 30]
         [--seeds 5] [--group-size 8] [--groups 8] [--mix 0.6 0.2 0.2]
 
@@ -14,7 +15,9 @@ weights `--mix`), group-relative advantages per seat ((R - mean) / std, 0 for a 
 seat's moves, an optional bonus on the entropy of each move (`--move-entropy`, the analogue of
 `algorithm.move_entropy_coef`), optionally the forward KL to the snapshot (`--kl`, the analogue of
 `algorithm.kl_coef` with `kl_reference: snapshot`), Adam. `--no-scale` leaves the std out of the advantage, and
-`--state-baseline` compares each move's return with the group's at the same information state. `--init` is the
+`--state-baseline` compares each move's return with the group's at the same information state;
+`--split-shared` gives the shared logit one half for the states before any bet and one for those facing a bet (as if
+a call and a bet had different names). `--init` is the
 warm start's player (contrarian, timid, station) or uniform (random). It prints the exact exploitability
 (`strat.eval.exploitability`) every 5 steps for each seed, and the mean.
 
@@ -106,18 +109,22 @@ def simulate(
     kl: float = 0.0,
     scale: bool = True,
     state_baseline: bool = False,
+    split_shared: bool = False,
     seed: int = 0,
 ) -> list[tuple[int, float]]:
     """(step, exploitability) every 5 steps and at the end, for one seed."""
     rng = np.random.default_rng(seed)
     start = INITS[init]()
-    theta, bias = np.log(start / (1 - start)), 0.0
+    theta, bias = np.log(start / (1 - start)), np.zeros(2)
+    # The shared logit's two halves: states before any bet (bet or check) and states facing a bet (call or fold);
+    # tied unless `split_shared`, as when both moves are named "bet" whatever the betting.
+    facing = np.array([int("b" in history) for _ in range(CARDS) for history in HISTORIES])
     snapshot = (theta.copy(), bias)
-    moment, second = np.zeros(theta.size + 1), np.zeros(theta.size + 1)
+    moment, second = np.zeros(theta.size + 2), np.zeros(theta.size + 2)
     uniform = np.full(theta.size, 0.5)
 
     def policy(logits: np.ndarray, b: float) -> np.ndarray:
-        return 1 / (1 + np.exp(-(logits + shared * b)))
+        return 1 / (1 + np.exp(-(logits + shared * b[facing])))
 
     out = []
     for step in range(1, steps + 1):
@@ -154,12 +161,13 @@ def simulate(
                         grad[index] -= kl * (p - frozen[index])  # the gradient of KL(snapshot || pi)
                         count += 1
         grad /= max(count, 1)
-        full = np.concatenate([grad, [shared * grad.sum()]])
+        halves = [grad[facing == 0].sum(), grad[facing == 1].sum()] if split_shared else [grad.sum()] * 2
+        full = np.concatenate([grad, shared * np.asarray(halves)])
         moment = 0.9 * moment + 0.1 * full
         second = 0.999 * second + 0.001 * full**2
         update = lr * (moment / (1 - 0.9**step)) / (np.sqrt(second / (1 - 0.999**step)) + 1e-8)
-        theta += specific * update[:-1]
-        bias += update[-1]
+        theta += specific * update[:-2]
+        bias = bias + update[-2:]
         if step % snapshot_every == 0:
             snapshot = (theta.copy(), bias)
         if step % 5 == 0 or step == steps:
@@ -182,13 +190,15 @@ def main() -> None:
     parser.add_argument("--snapshot-every", type=int, default=5)
     parser.add_argument("--state-baseline", action="store_true",
                         help="each move's return less the group's mean return at the same information state")
+    parser.add_argument("--split-shared", action="store_true",
+                        help="one shared logit for the states before any bet, another for those facing a bet")
     parser.add_argument("--no-scale", action="store_true", help="advantage R - group mean, not divided by the std")
     parser.add_argument("--mix", type=float, nargs=3, default=(0.6, 0.2, 0.2), metavar=("SELF", "SNAPSHOT", "RANDOM"))
     args = parser.parse_args()
     runs = [
         simulate(args.init, args.steps, args.group_size, args.groups, args.lr, args.move_entropy, args.shared,
                  args.specific, tuple(args.mix), args.snapshot_every, args.kl, not args.no_scale, args.state_baseline,
-                 seed=seed)
+                 args.split_shared, seed=seed)
         for seed in range(args.seeds)
     ]
     steps = [step for step, _ in runs[0]]

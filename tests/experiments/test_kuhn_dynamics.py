@@ -52,3 +52,11 @@ def test_the_warm_start_players_and_the_kl(dynamics) -> None:
     free = dynamics.simulate(init="timid", steps=5, groups=4, lr=0.05, seed=1)[-1][1]
     held = dynamics.simulate(init="timid", steps=5, groups=4, lr=0.05, kl=1000.0, seed=1)[-1][1]
     assert abs(free - 0.3879) > 0.03 and abs(held - 0.3879) < 0.01
+
+
+def test_a_split_shared_logit_changes_the_run(dynamics) -> None:
+    tied = dynamics.simulate(init="timid", steps=10, groups=4, shared=1.0, specific=0.2, seed=2)
+    split = dynamics.simulate(init="timid", steps=10, groups=4, shared=1.0, specific=0.2, split_shared=True, seed=2)
+    assert split != tied
+    assert dynamics.simulate(init="timid", steps=10, groups=4, split_shared=True, seed=2) == \
+        dynamics.simulate(init="timid", steps=10, groups=4, seed=2)  # without a shared logit nothing to split
