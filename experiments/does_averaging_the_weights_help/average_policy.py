@@ -54,14 +54,12 @@ def exploitability(bets: dict[str, float]) -> float:
 def sample_table(checkpoint: Path, samples: int, seed: int) -> dict[str, float]:
     """P(bet) at every information state: the share of `samples` sampled moves (an invalid response as its
     fallback move), in the checkpoint's run's reasoning format."""
-    decisions = ex.decision_states(GAME, ())
     policy = load_policy(str(checkpoint), GAME, backend="vllm")
     try:
-        located = [ex.env_at(GAME, {}, state) for _, _, state in decisions]
-        actions, _ = ex._moves(policy.sampler(seed)(located, samples))
+        estimate = policy.exploitability(samples, seed=seed, bootstrap=0)
     finally:
         policy.close()
-    return {key: float(np.mean(moves)) for (key, _, _), moves in zip(decisions, actions, strict=True)}
+    return {key: dict(moves)["bet"] for key, moves in estimate.infoset_moves}
 
 
 def main() -> None:

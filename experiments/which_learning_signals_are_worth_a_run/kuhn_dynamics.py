@@ -17,8 +17,8 @@ seat's moves, an optional bonus on the entropy of each move (`--move-entropy`, t
 `algorithm.kl_coef` with `kl_reference: snapshot`), Adam. `--no-scale` leaves the std out of the advantage, and
 `--state-baseline` compares each move's return with the group's at the same information state;
 `--split-shared` gives the shared logit one half for the states before any bet and one for those facing a bet (as if
-a call and a bet had different names). `--init` is the
-warm start's player (contrarian, timid, station) or uniform (random). It prints the exact exploitability
+a call and a bet had different names). `--init` is the warm start's player (contrarian, timid, station) or uniform
+(random). It prints the exact exploitability
 (`strat.eval.exploitability`) every 5 steps for each seed, and the mean.
 
 It leaves out the text: reasoning tokens, the process term, PPO clipping, format failures. It reproduced what the
@@ -69,15 +69,19 @@ def contrarian() -> np.ndarray:
     return np.array([0.75 if card == 0 else 0.25 for card in range(CARDS) for _ in HISTORIES])
 
 
+TIMID_BETS = (0.1, 0.25, 0.5)
+"""The timid player's P(bet or call) with the Jack, the Queen and the King (`games.heuristics.kuhn_poker_timid`)."""
+
+
 def timid() -> np.ndarray:
     """The default warm start's timid player: bet or call the Jack 1/10, the Queen 1/4, the King 1/2, whatever the
     betting."""
-    return np.array([(0.1, 0.25, 0.5)[card] for card in range(CARDS) for _ in HISTORIES])
+    return np.array([TIMID_BETS[card] for card in range(CARDS) for _ in HISTORIES])
 
 
 def station() -> np.ndarray:
     """The calling station: bets as the timid player does, calls any bet half the time."""
-    return np.array([0.5 if "b" in h else (0.1, 0.25, 0.5)[card] for card in range(CARDS) for h in HISTORIES])
+    return np.array([0.5 if "b" in h else TIMID_BETS[card] for card in range(CARDS) for h in HISTORIES])
 
 
 INITS = {"contrarian": contrarian, "timid": timid, "station": station,
@@ -123,7 +127,7 @@ def simulate(
     moment, second = np.zeros(theta.size + 2), np.zeros(theta.size + 2)
     uniform = np.full(theta.size, 0.5)
 
-    def policy(logits: np.ndarray, b: float) -> np.ndarray:
+    def policy(logits: np.ndarray, b: np.ndarray) -> np.ndarray:
         return 1 / (1 + np.exp(-(logits + shared * b[facing])))
 
     out = []
@@ -149,7 +153,6 @@ def simulate(
                             if mover == seat:
                                 at.setdefault(index, []).append(r[seat])
                     means = {index: float(np.mean(rs)) for index, rs in at.items()}
-                    spread = (returns.std() + 1e-6) if scale else 1.0
                 for (r, moves), advantage in zip(episodes, advantages):
                     for mover, index, bet in moves:
                         if mover != seat:

@@ -20,7 +20,7 @@ def test_the_best_responses_value_is_the_exploitability(br) -> None:
 
     station = br.as_array(br.bet_table("station", 0, ReasoningOverrides()))
     assert br.gain(br.best_response(station), station) == pytest.approx(0.4417, abs=1e-3)
-    always = br.as_array(dict.fromkeys(station_keys(br), 1.0))
+    always = br.as_array(dict.fromkeys(_keys(br), 1.0))
     assert br.gain(br.best_response(always), always) == pytest.approx(1 / 3)
     assert br.gain(station, station) == pytest.approx(0.0)
 
@@ -28,9 +28,10 @@ def test_the_best_responses_value_is_the_exploitability(br) -> None:
 def test_one_states_gain_by_hand(br) -> None:
     """Against always betting, player 1's Jack facing a bet ('0b') folds instead of calling: it loses 1 instead of 2
     whenever it holds the Jack (1/3), so seat 1 gains 1/3 and the seat average 1/6."""
-    always = br.as_array(dict.fromkeys(station_keys(br), 1.0))
+    always = br.as_array(dict.fromkeys(_keys(br), 1.0))
     assert br.gains_alone(always)["0b"] == pytest.approx(1 / 6)
 
 
-def station_keys(br) -> list[str]:
+def _keys(br) -> list[str]:
+    """Kuhn's 12 information states."""
     return list(br._form().index)
