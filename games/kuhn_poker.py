@@ -11,13 +11,32 @@ from games.openspiel_env import OpenSpielEnv
 
 PASS, BET = 0, 1
 
+MOVE_NAMES: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
+    "pass-bet": (("pass", "bet"), ("pass", "bet")),
+    "situational": (("check", "bet"), ("fold", "call")),
+}
+"""The `move_names` option: the names of (pass, bet) before anyone has bet, and once someone has. `pass-bet` is
+OpenSpiel's naming, one pair for both situations; `situational` names the moves as a poker player does, so that
+opening and answering a bet are different words."""
+
 
 class KuhnPokerEnv(OpenSpielEnv):
-    """Kuhn poker: one private card each, one betting round; option `players` (default 2)."""
+    """Kuhn poker: one private card each, one betting round; options `players` (default 2) and `move_names`
+    (`pass-bet`, the default, or `situational`: check/bet before a bet, fold/call after one)."""
 
     game_name = "kuhn_poker"
     belief_values = staticmethod(card_values)
     exact_posterior = True
+    text_options = ("move_names",)
+
+    def __init__(self, render_mode: str | None = None, move_names: str = "pass-bet",
+                 **options: int | float | str | bool) -> None:
+        if move_names not in MOVE_NAMES:
+            raise ValueError(f"kuhn_poker: option move_names={move_names!r} is not supported; "
+                             f"allowed: {sorted(MOVE_NAMES)}")
+        self.move_names = move_names
+        self._opening_names, self._facing_names = MOVE_NAMES[move_names]
+        super().__init__(render_mode, **options)
 
     @classmethod
     def _action_names(cls, game: pyspiel.Game) -> list[str]:
@@ -26,6 +45,13 @@ class KuhnPokerEnv(OpenSpielEnv):
     @classmethod
     def _exploitable(cls, game: pyspiel.Game) -> bool:
         return game.num_players() == 2  # the sequence-form best response is two-player
+
+    def action_name(self, action: int, agent: str | None = None) -> str:
+        """The move's name in the current situation (`move_names`): answering a bet may name it differently."""
+        return (self._facing_names if self.facing_bet() else self._opening_names)[action]
+
+    def all_action_names(self) -> list[str]:
+        return list(dict.fromkeys([*self._opening_names, *self._facing_names]))
 
     @property
     def _ranks(self) -> tuple[str, ...]:
@@ -38,13 +64,21 @@ class KuhnPokerEnv(OpenSpielEnv):
             f"Kuhn poker for {n} players. The deck has {n + 1} cards, one of each rank: "
             f"{' < '.join(ranks)}. Each player puts 1 chip in the pot (the ante) and is dealt one "
             "private card; the other cards stay hidden. Players act once each in turn, starting "
-            'with player 0, choosing "pass" or "bet". Before anyone has bet, "pass" checks and '
-            '"bet" puts 1 more chip in the pot. Once someone has bet, every other player gets one '
-            'turn: "bet" calls (puts 1 chip in) and "pass" folds (gives up the pot). The pot goes '
+            f"with player 0{self._moves_rule()} The pot goes "
             "to the player with the highest card among those who did not fold; if everyone but "
             "the bettor folds, the bettor takes it without a showdown. Your return is the chips "
             "you win minus the chips you put in."
         )
+
+    def _moves_rule(self) -> str:
+        (check, bet), (fold, call) = self._opening_names, self._facing_names
+        if (check, bet) == (fold, call):
+            return (f', choosing "{check}" or "{bet}". Before anyone has bet, "{check}" checks and "{bet}" puts 1 '
+                    f'more chip in the pot. Once someone has bet, every other player gets one turn: "{bet}" calls '
+                    f'(puts 1 chip in) and "{check}" folds (gives up the pot).')
+        return (f'. Before anyone has bet, each chooses "{check}" (put nothing in) or "{bet}" (put 1 more chip in the '
+                f'pot). Once someone has bet, every other player gets one turn and chooses "{call}" (put 1 chip in) '
+                f'or "{fold}" (give up the pot).')
 
     def observation_text(self, agent: str) -> str:
         player = self._seats[agent]

@@ -17,6 +17,9 @@ from open_spiel.python.observation import make_observation
 from games.base import GameSpec, TextGameEnv, agent_name
 
 OptionValue = int | float | str | bool
+_TEXT_OPTIONS: dict[str, frozenset[str]] = {}
+"""Each game's text options (`OpenSpielEnv.text_options`) by game name, which `load_game` keeps from pyspiel."""
+
 _CHANCE = int(pyspiel.PlayerId.CHANCE)
 _TERMINAL = int(pyspiel.PlayerId.TERMINAL)
 
@@ -42,7 +45,16 @@ class OpenSpielEnv(TextGameEnv):
     game_name: ClassVar[str]
     fixed_options: ClassVar[dict[str, OptionValue]] = {}
     """pyspiel options whose other values the text does not describe, with their only value."""
+    text_options: ClassVar[tuple[str, ...]] = ()
+    """Options of the text alone (how moves are named), which the subclass's `__init__` takes and pyspiel never
+    sees."""
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "is_parallelizable": False}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = getattr(cls, "game_name", None)
+        if isinstance(name, str):
+            _TEXT_OPTIONS[name] = frozenset(cls.text_options)
 
     def __init__(self, render_mode: str | None = None, **options: OptionValue) -> None:
         super().__init__()
@@ -324,11 +336,14 @@ def _configure(cls: type[OpenSpielEnv], options: tuple[tuple[str, OptionValue], 
 
 
 def load_game(name: str, options: dict[str, OptionValue]) -> pyspiel.Game:
-    """Load pyspiel game `name` with `options`; unknown or bad options raise ValueError."""
+    """Load pyspiel game `name` with `options`, less the game's text options; unknown or bad options raise
+    ValueError."""
+    text = _TEXT_OPTIONS.get(name, frozenset())
+    options = {key: value for key, value in options.items() if key not in text}
     allowed = pyspiel.load_game(name).get_parameters()
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise ValueError(f"{name}: unknown option(s) {unknown}; allowed options: {sorted(allowed)}")
+        raise ValueError(f"{name}: unknown option(s) {unknown}; allowed options: {sorted({*allowed, *text})}")
     try:
         return pyspiel.load_game(name, options)
     except pyspiel.SpielError as error:

@@ -59,7 +59,7 @@ def sample_table(checkpoint: Path, samples: int, seed: int) -> dict[str, float]:
         estimate = policy.exploitability(samples, seed=seed, bootstrap=0)
     finally:
         policy.close()
-    return {key: dict(moves)["bet"] for key, moves in estimate.infoset_moves}
+    return {key: moves[1][1] for key, moves in estimate.infoset_moves}  # action 1: bet, or call facing a bet
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ def bet_table(spec: str, samples: int, overrides: ReasoningOverrides) -> dict[st
             estimate = ex.exact_estimate(GAME, policy.action_probs)
     finally:
         policy.close()
-    return {key: dict(moves)["bet"] for key, moves in estimate.infoset_moves}
+    return {key: moves[1][1] for key, moves in estimate.infoset_moves}  # action 1: bet, or call facing a bet
 
 
 def as_array(bets: dict[str, float]) -> np.ndarray:

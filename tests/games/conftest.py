@@ -8,7 +8,9 @@ import games
 
 # Every game configuration the registry offers that the tests exercise.
 CONFIGS: list[tuple[str, dict]] = [(name, {}) for name in games.names()]
-CONFIGS += [("kuhn_poker", {"players": 3}), ("liars_dice", {"numdice": 2})]
+CONFIGS += [
+    ("kuhn_poker", {"players": 3}), ("kuhn_poker", {"move_names": "situational"}), ("liars_dice", {"numdice": 2})
+]
 
 
 def config_id(config: tuple[str, dict]) -> str:

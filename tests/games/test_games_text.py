@@ -43,7 +43,9 @@ def test_action_names_are_unique_after_normalization(config):
     name, options = config
     env = games.make(name, **options)
     names = env.all_action_names()
-    assert len({normalize(n) for n in names}) == len(names) == env.action_space("player_0").n
+    assert len({normalize(n) for n in names}) == len(names)
+    # One name per action id, unless the game names a move by its situation (Kuhn's `move_names: situational`).
+    assert len(names) >= env.action_space("player_0").n
     assert all(n == n.lower() and n.strip() == n for n in names)
 
 

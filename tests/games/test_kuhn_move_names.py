@@ -1,0 +1,67 @@
+"""Kuhn's `move_names` option: `situational` names pass/bet "check"/"bet" before anyone has bet and "fold"/"call"
+once someone has, so that opening and answering a bet are different words; the game itself is unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+import games
+from games.equilibrium import available
+from games.kuhn_poker import BET, PASS
+from strat.eval.exploitability import exact_estimate, exploitable
+
+
+def test_situational_names_follow_the_betting() -> None:
+    env = games.make("kuhn_poker", move_names="situational")
+    env.reset(seed=0)
+    assert env.legal_action_names() == ["check", "bet"]
+    env.step(PASS)  # player 0 checks
+    assert env.legal_action_names() == ["check", "bet"]
+    assert env.parse_action("I will bet.") == BET and env.parse_action("call") is None
+    env.step(BET)  # player 1 bets
+    assert env.legal_action_names() == ["fold", "call"]
+    assert env.parse_action("<action>call</action>") == BET and env.parse_action("fold") == PASS
+    assert env.parse_action("bet") is None and env.parse_action("pass") is None  # not this situation's words
+    assert env.history_text("player_0").splitlines() == ["You checked.", "Your opponent bet."]
+    assert env.all_action_names() == ["check", "bet", "fold", "call"]
+
+
+def test_three_players_name_every_answer_to_a_bet() -> None:
+    env = games.make("kuhn_poker", players=3, move_names="situational")
+    env.reset(seed=1)
+    env.step(BET)  # player 0 bets: both others answer it
+    assert env.legal_action_names() == ["fold", "call"]
+    env.step(PASS)
+    assert env.legal_action_names() == ["fold", "call"]
+
+
+def test_the_default_keeps_openspiel_names_and_rules_text() -> None:
+    env = games.make("kuhn_poker")
+    env.reset(seed=0)
+    env.step(BET)
+    assert env.legal_action_names() == ["pass", "bet"] and env.all_action_names() == ["pass", "bet"]
+    assert 'choosing "pass" or "bet". Before anyone has bet, "pass" checks' in env.rules()
+    situational = games.make("kuhn_poker", move_names="situational").rules()
+    assert '"check" (put nothing in) or "bet"' in situational and '"call" (put 1 chip in) or "fold"' in situational
+
+
+def test_names_are_text_only_the_game_and_its_values_are_the_same() -> None:
+    """pyspiel never sees the option: the same game, the same exploitability for the same policy."""
+    def always_bet(env: games.TextGameEnv, agent: str) -> dict[int, float]:
+        return {BET: 1.0}
+
+    assert exploitable("kuhn_poker", {"move_names": "situational"})
+    assert available("kuhn_poker", move_names="situational")
+    plain = exact_estimate("kuhn_poker", always_bet)
+    named = exact_estimate("kuhn_poker", always_bet, {"move_names": "situational"})
+    assert named.value == pytest.approx(plain.value) == pytest.approx(1 / 3)
+    moves = dict(named.infoset_moves)
+    assert moves["0"] == (("check", 0.0), ("bet", 1.0))  # the Jack, first to act
+    assert moves["0pb"] == (("fold", 0.0), ("call", 1.0))  # the Jack after check, bet
+
+
+def test_an_unknown_naming_is_refused() -> None:
+    with pytest.raises(ValueError, match="move_names='poker'.*allowed: \\['pass-bet', 'situational'\\]"):
+        games.make("kuhn_poker", move_names="poker")
+    with pytest.raises(ValueError, match="unknown option"):
+        games.make("leduc_poker", move_names="situational")  # Leduc names fold/call/raise already
