@@ -18,7 +18,8 @@ from games.base import GameSpec, TextGameEnv, agent_name
 
 OptionValue = int | float | str | bool
 _TEXT_OPTIONS: dict[str, frozenset[str]] = {}
-"""Each game's text options (`OpenSpielEnv.text_options`) by game name, which `load_game` keeps from pyspiel."""
+"""Each game's text options (`TextGameEnv.text_options`, taken by the subclass's `__init__`) by game name, which
+`load_game` keeps from pyspiel."""
 
 _CHANCE = int(pyspiel.PlayerId.CHANCE)
 _TERMINAL = int(pyspiel.PlayerId.TERMINAL)
@@ -45,9 +46,6 @@ class OpenSpielEnv(TextGameEnv):
     game_name: ClassVar[str]
     fixed_options: ClassVar[dict[str, OptionValue]] = {}
     """pyspiel options whose other values the text does not describe, with their only value."""
-    text_options: ClassVar[tuple[str, ...]] = ()
-    """Options of the text alone (how moves are named), which the subclass's `__init__` takes and pyspiel never
-    sees."""
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "is_parallelizable": False}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -71,6 +71,13 @@ def make(name: str, **options: int | float | str | bool) -> TextGameEnv:
     return _GAMES[name](**options)
 
 
+def text_options(name: str) -> tuple[str, ...]:
+    """The options of game `name` that change only its text (`TextGameEnv.text_options`)."""
+    if name not in _games():
+        raise ValueError(f"unknown game {name!r}; allowed games: {names()}")
+    return tuple(_GAMES[name].text_options)
+
+
 def spec(name: str, **options: int | float | str | bool) -> GameSpec:
     """The GameSpec of game `name` with `options`."""
     return make(name, **options).spec

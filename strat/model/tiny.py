@@ -46,16 +46,20 @@ class TinyModelSettings:
     corpus_games: int = 200
 
 
-def corpus(game: str, settings: TinyModelSettings = TinyModelSettings()) -> list[str]:
-    """The tokenizer's training text: the game's texts, the reasoning formats, chat markup."""
-    texts = list(games.text_corpus(game, n_games=settings.corpus_games, seed=0))
+GameOptions = tuple[tuple[str, int | float | str | bool], ...]
+
+
+def corpus(game: str, settings: TinyModelSettings = TinyModelSettings(), text_options: GameOptions = ()) -> list[str]:
+    """The tokenizer's training text: the game's texts (with its `text_options`, e.g. Kuhn's move names), the
+    reasoning formats, chat markup."""
+    texts = list(games.text_corpus(game, n_games=settings.corpus_games, seed=0, **dict(text_options)))
     for depth in (0, 1, 2):
         texts.extend(corpus_texts(depth))
     texts.extend(f"{IM_START}{role}\n" for role in ("system", "user", "assistant"))
     return texts
 
 
-def cache_key(game: str, settings: TinyModelSettings, seed: int) -> str:
+def cache_key(game: str, settings: TinyModelSettings, seed: int, text_options: GameOptions = ()) -> str:
     """A hash of everything the model depends on, so a change to the game texts rebuilds it."""
     digest = hashlib.sha256()
     payload = {
@@ -64,7 +68,7 @@ def cache_key(game: str, settings: TinyModelSettings, seed: int) -> str:
         "seed": seed,
         "settings": asdict(settings),
         "template": CHAT_TEMPLATE,
-        "corpus": corpus(game, settings),
+        "corpus": corpus(game, settings, text_options),
     }
     digest.update(json.dumps(payload, sort_keys=True).encode())
     return digest.hexdigest()[:16]
@@ -103,12 +107,14 @@ def build_tokenizer(texts: list[str], vocab_size: int):  # -> PreTrainedTokenize
     return fast
 
 
-def build(game: str, out: str | os.PathLike[str], seed: int = 0, settings: TinyModelSettings = TinyModelSettings()) -> Path:
-    """Build the tiny model for `game` into `out` (created or replaced); deterministic for a seed."""
+def build(game: str, out: str | os.PathLike[str], seed: int = 0, settings: TinyModelSettings = TinyModelSettings(),
+          text_options: GameOptions = ()) -> Path:
+    """Build the tiny model for `game` (its text with `text_options`) into `out` (created or replaced);
+    deterministic for a seed."""
     import torch  # start-up cost, as in `build_tokenizer`
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = build_tokenizer(corpus(game, settings), settings.vocab_size)
+    tokenizer = build_tokenizer(corpus(game, settings, text_options), settings.vocab_size)
     eos_id = tokenizer.convert_tokens_to_ids(IM_END)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     config = Qwen2Config(
@@ -168,15 +174,19 @@ def build_once(target: Path, build_into: Callable[[Path], object]) -> Path:
     return target
 
 
-def ensure(game: str, seed: int = 0, settings: TinyModelSettings = TinyModelSettings()) -> Path:
-    """The cached tiny model for `game`, built on first use; safe when several processes race."""
-    target = cache_dir() / "tiny" / f"{game}-{cache_key(game, settings, seed)}"
-    return build_once(target, lambda out: build(game, out, seed=seed, settings=settings))
+def ensure(game: str, seed: int = 0, settings: TinyModelSettings = TinyModelSettings(),
+           text_options: GameOptions = ()) -> Path:
+    """The cached tiny model for `game` (its text with `text_options`), built on first use; safe when several
+    processes race."""
+    target = cache_dir() / "tiny" / f"{game}-{cache_key(game, settings, seed, text_options)}"
+    return build_once(target, lambda out: build(game, out, seed=seed, settings=settings, text_options=text_options))
 
 
-def resolve_model_path(path: str, seed: int = 0, settings: TinyModelSettings = TinyModelSettings()) -> Path:
-    """A model directory for a config's `model.path`: `tiny:<game>` is built with `settings` and cached, a Hub
-    name is taken from the Hugging Face cache or downloaded (`strat.model.hub`)."""
+def resolve_model_path(path: str, seed: int = 0, settings: TinyModelSettings = TinyModelSettings(),
+                       text_options: GameOptions = ()) -> Path:
+    """A model directory for a config's `model.path`: `tiny:<game>` is built with `settings` (its tokenizer trained
+    on the game's text with `text_options`) and cached, a Hub name is taken from the Hugging Face cache or
+    downloaded (`strat.model.hub`)."""
     if path.startswith("tiny:"):
-        return ensure(path.split(":", 1)[1], seed=seed, settings=settings)
+        return ensure(path.split(":", 1)[1], seed=seed, settings=settings, text_options=text_options)
     return hub.local_dir(path)

@@ -100,8 +100,18 @@ def agreement_settings(config: ExperimentConfig) -> AgreementSettings:
 
 def base_model_path(config: ExperimentConfig) -> Path:
     """The configured model's directory before any warm start; a `tiny:<game>` model is built with the
-    config's `model.tiny` sizes on first use and cached."""
-    return resolve_model_path(config.model.path, settings=TinyModelSettings(**config.model.tiny.model_dump()))
+    config's `model.tiny` sizes on first use and cached, its tokenizer trained on the text the configured game shows
+    (the game's text options, such as Kuhn's `move_names`, included)."""
+    settings = TinyModelSettings(**config.model.tiny.model_dump())
+    return resolve_model_path(config.model.path, settings=settings, text_options=tiny_text_options(config))
+
+
+def tiny_text_options(config: ExperimentConfig) -> tuple[tuple[str, int | float | str | bool], ...]:
+    """The configured game's text options for its `tiny:<game>` model (none when the model is another game's)."""
+    if config.model.path != f"tiny:{config.game.name}":
+        return ()
+    text = games.text_options(config.game.name)
+    return tuple(sorted((key, value) for key, value in config.game.options.items() if key in text))
 
 
 def pretrain_settings(config: ExperimentConfig) -> PretrainSettings:

@@ -56,7 +56,8 @@ def test_cache_is_reused_and_keyed_by_corpus(monkeypatch: pytest.MonkeyPatch) ->
     assert (first / "model.safetensors").stat().st_mtime_ns == mtime
 
     original = tiny_model.corpus
-    monkeypatch.setattr(tiny_model, "corpus", lambda game, s=settings: original(game, s) + ["A changed rule."])
+    monkeypatch.setattr(tiny_model, "corpus",
+                        lambda game, s=settings, text=(): original(game, s, text) + ["A changed rule."])
     changed = tiny_model.ensure("kuhn_poker", settings=settings)
     assert changed != first and (changed / "config.json").is_file()
 
@@ -78,3 +79,19 @@ def test_config_sizes_build_their_own_model_and_the_defaults_the_usual_one() -> 
     config = json.loads((sized / "config.json").read_text())
     assert (config["hidden_size"], config["num_hidden_layers"], config["intermediate_size"], config["head_dim"]) == (
         64, 1, 96, 32)
+
+
+def test_a_text_option_trains_the_tokenizer_on_its_own_words() -> None:
+    """Kuhn's situational move names ("check", "fold", "call") are single tokens of the model a config with that
+    option builds, as "pass" and "bet" are of the default's; the default config's model is the usual one."""
+    from strat.config_loading import load_config
+    from strat.train.settings import base_model_path
+
+    default = Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker_tiny.yaml"
+    plain = AutoTokenizer.from_pretrained(base_model_path(load_config(default, [])))
+    named_dir = base_model_path(load_config(default, ["game.options.move_names=situational"]))
+    named = AutoTokenizer.from_pretrained(named_dir)
+    assert named_dir != tiny_model.resolve_model_path("tiny:kuhn_poker")
+    assert [len(plain.tokenize(word)) for word in ("pass", "bet")] == [1, 1]
+    assert [len(named.tokenize(word)) for word in ("check", "bet", "fold", "call")] == [1, 1, 1, 1]
+    assert len(plain.tokenize("call")) > 1  # the default's text never says it alone: the option's model differs

@@ -61,6 +61,7 @@ def test_names_are_text_only_the_game_and_its_values_are_the_same() -> None:
 
 
 def test_an_unknown_naming_is_refused() -> None:
+    assert games.text_options("kuhn_poker") == ("move_names",) and games.text_options("leduc_poker") == ()
     with pytest.raises(ValueError, match="move_names='poker'.*allowed: \\['pass-bet', 'situational'\\]"):
         games.make("kuhn_poker", move_names="poker")
     with pytest.raises(ValueError, match="unknown option"):
