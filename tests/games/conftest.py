@@ -9,7 +9,8 @@ import games
 # Every game configuration the registry offers that the tests exercise.
 CONFIGS: list[tuple[str, dict]] = [(name, {}) for name in games.names()]
 CONFIGS += [
-    ("kuhn_poker", {"players": 3}), ("kuhn_poker", {"move_names": "situational"}), ("liars_dice", {"numdice": 2})
+    ("kuhn_poker", {"players": 3}), ("kuhn_poker", {"move_names": "situational"}), ("liars_dice", {"numdice": 2}),
+    ("tic_tac_toe", {"move_names": "digits"}),
 ]
 
 

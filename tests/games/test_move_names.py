@@ -1,5 +1,6 @@
-"""Kuhn's `move_names` option: `situational` names pass/bet "check"/"bet" before anyone has bet and "fold"/"call"
-once someone has, so that opening and answering a bet are different words; the game itself is unchanged."""
+"""Text options that rename the moves, the game unchanged: Kuhn's `move_names: situational` names pass/bet
+"check"/"bet" before anyone has bet and "fold"/"call" once someone has; tic-tac-toe's `move_names: digits` numbers
+the cells 1-9 and shows each empty cell on the board by its number."""
 
 from __future__ import annotations
 
@@ -60,8 +61,28 @@ def test_names_are_text_only_the_game_and_its_values_are_the_same() -> None:
     assert moves["0pb"] == (("fold", 0.0), ("call", 1.0))  # the Jack after check, bet
 
 
+def test_tic_tac_toe_digits_show_the_free_cells_on_the_board() -> None:
+    env = games.make("tic_tac_toe", move_names="digits")
+    env.reset(seed=0)
+    env.step(4)  # X in the centre
+    env.step(0)  # O in the top left
+    board = env.observation_text("player_0").splitlines()[1:4]
+    assert board == ["O 2 3", "4 X 6", "7 8 9"]
+    assert env.legal_action_names() == ["2", "3", "4", "6", "7", "8", "9"]
+    assert env.history_text("player_0").splitlines() == ["You played 5.", "Your opponent played 1."]
+    assert env.parse_action("<action>9</action>") == 8 and env.parse_action("1") is None  # taken
+    assert '"1" is the top left corner, "9" the bottom right, "5" the centre' in env.rules()
+    cells = games.make("tic_tac_toe")
+    cells.reset(seed=0)
+    assert cells.legal_action_names()[:2] == ["a1", "b1"] and "The board (. is empty)" in cells.observation_text(
+        "player_0")
+
+
 def test_an_unknown_naming_is_refused() -> None:
     assert games.text_options("kuhn_poker") == ("move_names",) and games.text_options("leduc_poker") == ()
+    assert games.text_options("tic_tac_toe") == ("move_names",)
+    with pytest.raises(ValueError, match="move_names='numbers'"):
+        games.make("tic_tac_toe", move_names="numbers")
     with pytest.raises(ValueError, match="move_names='poker'.*allowed: \\['pass-bet', 'situational'\\]"):
         games.make("kuhn_poker", move_names="poker")
     with pytest.raises(ValueError, match="unknown option"):
