@@ -468,7 +468,9 @@ class GameConfig(_Section):
     name: str = "kuhn_poker"
     """The game, by its registry name (kuhn_poker, leduc_poker, tic_tac_toe, connect_four, liars_dice, bargaining)."""
     options: dict[str, int | float | str | bool] = Field(default_factory=dict)
-    """Game options passed to games.make, e.g. {players: 3}."""
+    """Game options passed to games.make, e.g. {players: 3}. Some change only the text (the game's `text_options`):
+    `move_names` renames the moves, Kuhn's `situational` (check/bet, then fold/call) and tic-tac-toe's `digits`
+    (cells 1-9, shown on the board)."""
     opponents: list[OpponentConfig] = Field(default_factory=lambda: [OpponentConfig()])
     """Who the policy plays against, mixed by weight: each group draws one opponent."""
     seats: list[str] | None = None
