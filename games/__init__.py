@@ -6,4 +6,6 @@ from games.base import GameSpec, TextGameEnv
 from games.corpus import text_corpus
 from games.registry import belief_values, make, names, register, spec, text_options
 
-__all__ = ["GameSpec", "TextGameEnv", "belief_values", "make", "names", "register", "spec", "text_corpus", "text_options"]
+__all__ = [
+    "GameSpec", "TextGameEnv", "belief_values", "make", "names", "register", "spec", "text_corpus", "text_options",
+]

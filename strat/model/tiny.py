@@ -142,7 +142,8 @@ def build(game: str, out: str | os.PathLike[str], seed: int = 0, settings: TinyM
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / "strat_tiny.json").write_text(
-            json.dumps({"game": game, "seed": seed, "settings": asdict(settings), "build": BUILD_VERSION}, indent=2)
+            json.dumps({"game": game, "seed": seed, "settings": asdict(settings), "build": BUILD_VERSION,
+                        "text_options": dict(text_options)}, indent=2)
         )
         if target.exists():
             shutil.rmtree(target)
