@@ -67,9 +67,10 @@ class TextGameEnv(AECEnv, abc.ABC):
     exact_posterior: ClassVar[bool] = False
     """Whether `games.posterior.posterior` enumerates this game's deals exactly for the posterior over a player's
     private information (an OpenSpiel game with `belief_values` and few enough deals)."""
-    text_options: ClassVar[tuple[str, ...]] = ()
-    """Options that change only the text (how moves are named), not the game: the engine underneath never sees them,
-    and a `tiny:<game>` model's tokenizer is trained on the text they make."""
+    text_options: ClassVar[dict[str, tuple[str, ...]]] = {}
+    """Options that change only the text (how moves are named), not the game, each with its allowed values (the first
+    is the default): the env reads its choices from `self.text`, the engine underneath never sees them, and a
+    `tiny:<game>` model's tokenizer is trained on the text they make."""
 
     @abc.abstractmethod
     def rules(self) -> str:

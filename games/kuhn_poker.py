@@ -27,16 +27,7 @@ class KuhnPokerEnv(OpenSpielEnv):
     game_name = "kuhn_poker"
     belief_values = staticmethod(card_values)
     exact_posterior = True
-    text_options = ("move_names",)
-
-    def __init__(self, render_mode: str | None = None, move_names: str = "pass-bet",
-                 **options: int | float | str | bool) -> None:
-        if move_names not in MOVE_NAMES:
-            raise ValueError(f"kuhn_poker: option move_names={move_names!r} is not supported; "
-                             f"allowed: {sorted(MOVE_NAMES)}")
-        self.move_names = move_names
-        self._opening_names, self._facing_names = MOVE_NAMES[move_names]
-        super().__init__(render_mode, **options)
+    text_options = {"move_names": tuple(MOVE_NAMES)}
 
     @classmethod
     def _action_names(cls, game: pyspiel.Game) -> list[str]:
@@ -48,10 +39,12 @@ class KuhnPokerEnv(OpenSpielEnv):
 
     def action_name(self, action: int, agent: str | None = None) -> str:
         """The move's name in the current situation (`move_names`): answering a bet may name it differently."""
-        return (self._facing_names if self.facing_bet() else self._opening_names)[action]
+        opening, facing = MOVE_NAMES[self.text["move_names"]]
+        return (facing if self.facing_bet() else opening)[action]
 
     def all_action_names(self) -> list[str]:
-        return list(dict.fromkeys([*self._opening_names, *self._facing_names]))
+        opening, facing = MOVE_NAMES[self.text["move_names"]]
+        return list(dict.fromkeys([*opening, *facing]))
 
     @property
     def _ranks(self) -> tuple[str, ...]:
@@ -71,7 +64,7 @@ class KuhnPokerEnv(OpenSpielEnv):
         )
 
     def _moves_rule(self) -> str:
-        (check, bet), (fold, call) = self._opening_names, self._facing_names
+        (check, bet), (fold, call) = MOVE_NAMES[self.text["move_names"]]
         if (check, bet) == (fold, call):
             return (f', choosing "{check}" or "{bet}". Before anyone has bet, "{check}" checks and "{bet}" puts 1 '
                     f'more chip in the pot. Once someone has bet, every other player gets one turn: "{bet}" calls '

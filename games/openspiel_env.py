@@ -18,8 +18,7 @@ from games.base import GameSpec, TextGameEnv, agent_name
 
 OptionValue = int | float | str | bool
 _TEXT_OPTIONS: dict[str, frozenset[str]] = {}
-"""Each game's text options (`TextGameEnv.text_options`, taken by the subclass's `__init__`) by game name, which
-`load_game` keeps from pyspiel."""
+"""Each game's text options (`TextGameEnv.text_options`) by game name, which `load_game` keeps from pyspiel."""
 
 _CHANCE = int(pyspiel.PlayerId.CHANCE)
 _TERMINAL = int(pyspiel.PlayerId.TERMINAL)
@@ -59,6 +58,13 @@ class OpenSpielEnv(TextGameEnv):
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode {render_mode!r} is not supported; use None or 'ansi'")
         self.render_mode = render_mode
+        self.text: dict[str, str] = {}
+        """The value of each text option (`text_options`), taken out of `options` before pyspiel sees them."""
+        for key, allowed in self.text_options.items():
+            self.text[key] = options.pop(key, allowed[0])
+            if self.text[key] not in allowed:
+                raise ValueError(f"{self.game_name}: option {key}={self.text[key]!r} is not supported; "
+                                 f"allowed: {list(allowed)}")
         for key, value in self.fixed_options.items():
             if options.get(key, value) != value:
                 raise ValueError(

@@ -29,28 +29,20 @@ class TicTacToeEnv(OpenSpielEnv):
     """Tic-tac-toe: player 0 plays X and moves first; option `move_names` (`cells`, the default, or `digits`)."""
 
     game_name = "tic_tac_toe"
-    text_options = ("move_names",)
-
-    def __init__(self, render_mode: str | None = None, move_names: str = "cells",
-                 **options: int | float | str | bool) -> None:
-        if move_names not in MOVE_NAMES:
-            raise ValueError(f"tic_tac_toe: option move_names={move_names!r} is not supported; "
-                             f"allowed: {list(MOVE_NAMES)}")
-        self.move_names = move_names
-        super().__init__(render_mode, **options)
+    text_options = {"move_names": MOVE_NAMES}
 
     @classmethod
     def _action_names(cls, game: pyspiel.Game) -> list[str]:
         return [cell_name(action) for action in range(game.num_distinct_actions())]
 
     def action_name(self, action: int, agent: str | None = None) -> str:
-        return cell_digit(action) if self.move_names == "digits" else cell_name(action)
+        return cell_digit(action) if self.text["move_names"] == "digits" else cell_name(action)
 
     def all_action_names(self) -> list[str]:
         return [self.action_name(action) for action in range(len(self._config.action_names))]
 
     def rules(self) -> str:
-        if self.move_names == "digits":
+        if self.text["move_names"] == "digits":
             cells = ('Cells are numbered 1 to 9 row by row from the top left: "1" is the top left corner, "9" the '
                      'bottom right, "5" the centre; the board shows each empty cell by its number. ')
         else:
@@ -67,7 +59,7 @@ class TicTacToeEnv(OpenSpielEnv):
     def observation_text(self, agent: str) -> str:
         player = self._seats[agent]
         rows = str(self._state).upper().split("\n")
-        if self.move_names == "digits":
+        if self.text["move_names"] == "digits":
             board = "\n".join(" ".join(cell_digit(3 * r + c) if mark == "." else mark for c, mark in enumerate(row))
                               for r, row in enumerate(rows))
             parts = [f"You are player {player} and play {MARKS[player]}. The board (a number is an empty cell):\n"
