@@ -283,15 +283,19 @@ class LearnerConfig(_Section):
 
 LEAGUE_SIZE = 5
 """How many past snapshots a league keeps unless its `size` says otherwise."""
+EXPLOITER_KEEP = 0.5
+"""How much of the earlier rollouts' move counts an exploiter keeps unless its `decay` says otherwise."""
 
 
 class OpponentConfig(_Section):
     """One opponent in the mix the policy plays against."""
 
-    kind: Literal["self", "scripted", "snapshot", "league", "policy"] = "self"
+    kind: Literal["self", "scripted", "snapshot", "league", "policy", "exploiter"] = "self"
     """`self`: the policy itself; `scripted`: a games opponent by name; `snapshot`: a frozen past policy (the latest
     snapshot); `league`: one of the last `size` snapshots, drawn each step (`sampling`); `policy`: another policy of
-    the job, by its name in `policies` (a fixed LLM opponent)."""
+    the job, by its name in `policies` (a fixed LLM opponent); `exploiter`: the exact best response to the policy's
+    move frequencies in its recent rollouts (two-player Kuhn and Leduc poker), so that the games against it follow
+    the policy's exploitability down (exploitability descent)."""
     name: str | None = None
     """For kind=scripted, the scripted opponent's name (random, heuristic, equilibrium, minimax, or a weak player:
     contrarian, timid, bully, station, truthful; `games.opponents.opponent_names` lists those of a game); for
@@ -309,7 +313,8 @@ class OpponentConfig(_Section):
     """For kind=league: how much of a member's record (the games won, drawn and lost against it, which `pfsp` draws
     by) is kept each time that member plays again, before the new games are added: below 1, the score follows the
     policy as it changes, where old games against a member say little about the policy of today. Unset: 1, every game
-    counts the same."""
+    counts the same. For kind=exploiter: how much of the earlier rollouts' move counts the exploiter keeps each time a
+    rollout adds its own (unset: 0.5)."""
 
     @property
     def league_size(self) -> int:
@@ -326,10 +331,17 @@ class OpponentConfig(_Section):
         """`decay` with its default (a league's)."""
         return self.decay if self.decay is not None else 1.0
 
+    @property
+    def exploiter_keep(self) -> float:
+        """`decay` with its default (an exploiter's)."""
+        return self.decay if self.decay is not None else EXPLOITER_KEEP
+
     @model_validator(mode="after")
     def _name_for_scripted(self) -> OpponentConfig:
-        if self.kind != "league" and (self.size is not None or self.sampling is not None or self.decay is not None):
-            raise ValueError(f"size, sampling and decay are only for kind=league, not kind={self.kind}")
+        if self.kind != "league" and (self.size is not None or self.sampling is not None):
+            raise ValueError(f"size and sampling are only for kind=league, not kind={self.kind}")
+        if self.kind not in ("league", "exploiter") and self.decay is not None:
+            raise ValueError(f"decay is only for kind=league or kind=exploiter, not kind={self.kind}")
         if self.kind == "scripted" and not self.name:
             raise ValueError("a scripted opponent needs a name (random, heuristic, equilibrium, minimax)")
         if self.kind == "policy" and not self.name:
@@ -962,6 +974,7 @@ def cross_check(config: ExperimentConfig) -> None:
             )
     _check_policies(config)
     _check_league(config)
+    _check_exploiter(config, spec.exploitable, game)
     _check_seats(config, spec.num_players)
     if config.warm_start.enabled and config.warm_start.player not in allowed:
         raise ConfigError(
@@ -1117,6 +1130,18 @@ def _check_league(config: ExperimentConfig) -> None:
     if "league" in kinds and "snapshot" in kinds:
         raise ConfigError(f"game.opponents.{kinds.index('snapshot')}: a snapshot opponent beside a league; the league"
                           " already plays the latest snapshot among its members, remove one of them")
+
+
+def _check_exploiter(config: ExperimentConfig, exploitable: bool, game: str) -> None:
+    """At most one exploiter, in a game whose best response is computed exactly, playing against the first
+    policy only."""
+    kinds = [opponent.kind for opponent in config.game.opponents]
+    found = [index for index, kind in enumerate(kinds) if kind == "exploiter"]
+    if len(found) > 1:
+        raise ConfigError(f"game.opponents.{found[1]}: a second exploiter; one exploiter opponent per run")
+    if found and not exploitable:
+        raise ConfigError(f"game.opponents.{found[0]}: no exploiter for {game}: its best response is computed exactly"
+                          " only where the whole game tree is walked (two-player Kuhn and Leduc poker)")
 
 
 def past_policy_agent(config: ExperimentConfig) -> bool:

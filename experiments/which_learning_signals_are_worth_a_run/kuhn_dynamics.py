@@ -88,6 +88,36 @@ INITS = {"contrarian": contrarian, "timid": timid, "station": station,
          "random": lambda: np.full(CARDS * len(HISTORIES), 0.5)}
 
 
+def best_response(opponent: np.ndarray, seat: int) -> np.ndarray:
+    """The exact best response of `seat` to the opponent's 12 bet probabilities (ties to checking/folding): a
+    12-entry table whose entries at `seat`'s information sets are 0 or 1 (the others are left at 0)."""
+    bets = np.zeros(CARDS * len(HISTORIES))
+    own = [h for h in HISTORIES if len(h) % 2 == seat]
+
+    def value(history: str, cards: tuple[int, int]) -> float:
+        if (end := _terminal(history, cards)) is not None:
+            return end if seat == 0 else -end
+        mover = len(history) % 2
+        p = (bets if mover == seat else opponent)[infoset(cards[mover], history)]
+        return p * value(history + "b", cards) + (1 - p) * value(history + "p", cards)
+
+    def reach(history: str, card: int) -> float:  # the opponent's own probability of its moves in `history`
+        out = 1.0
+        for i, move in enumerate(history):
+            if i % 2 != seat:
+                p = opponent[infoset(card, history[:i])]
+                out *= p if move == "b" else 1 - p
+        return out
+
+    for history in sorted(own, key=len, reverse=True):  # the deeper decisions first
+        for card in range(CARDS):
+            others = [o for o in range(CARDS) if o != card]
+            deal = (lambda o: (card, o)) if seat == 0 else (lambda o: (o, card))
+            q = [sum(reach(history, o) * value(history + move, deal(o)) for o in others) for move in "pb"]
+            bets[infoset(card, history)] = float(q[1] > q[0] + 1e-12)
+    return bets
+
+
 def _play(cards: tuple[int, int], policies: tuple[np.ndarray, np.ndarray], rng: np.random.Generator):
     history, moves = "", []
     while (end := _terminal(history, cards)) is None:
@@ -108,12 +138,14 @@ def simulate(
     move_entropy: float = 0.0,
     shared: float = 0.0,
     specific: float = 1.0,
-    mix: tuple[float, float, float] = (0.6, 0.2, 0.2),
+    mix: tuple[float, ...] = (0.6, 0.2, 0.2),
     snapshot_every: int = 5,
     kl: float = 0.0,
     scale: bool = True,
     state_baseline: bool = False,
     split_shared: bool = False,
+    br_estimated: bool = False,
+    br_decay: float = 0.0,
     seed: int = 0,
 ) -> list[tuple[int, float]]:
     """(step, exploitability) every 5 steps and at the end, for one seed."""
@@ -131,16 +163,25 @@ def simulate(
         return 1 / (1 + np.exp(-(logits + shared * b[facing])))
 
     out = []
+    seen = np.zeros((theta.size, 2))  # the last step's moves of the learning policy, per state: (checks, bets)
     for step in range(1, steps + 1):
         current, frozen = policy(theta, bias), policy(*snapshot)
+        # the exploiter's target: the exact policy, or (`br_estimated`) the last step's move frequencies
+        estimate = np.where(seen.sum(1) > 0, seen[:, 1] / np.maximum(seen.sum(1), 1), 0.5)
+        target = estimate if br_estimated else current
+        seen = br_decay * seen
         grad, count = np.zeros(theta.size), 0
         for g in range(groups):
             cards = tuple(int(c) for c in rng.permutation(CARDS)[:2])
-            kind = rng.choice(3, p=np.asarray(mix) / sum(mix))
+            kind = rng.choice(len(mix), p=np.asarray(mix) / sum(mix))
             ego = g % 2
-            other = (current, frozen, uniform)[kind]
+            other = (current, frozen, uniform, best_response(target, 1 - ego) if kind == 3 else None)[kind]
             seats = (current, other) if ego == 0 else (other, current)
             episodes = [_play(cards, seats, rng) for _ in range(group_size)]
+            for _, moves in episodes:
+                for mover, index, bet in moves:
+                    if kind == 0 or mover == ego:
+                        seen[index, bet] += 1
             for seat in ((0, 1) if kind == 0 else (ego,)):
                 returns = np.array([r[seat] for r, _ in episodes])
                 flat = np.all(returns == returns[0])
@@ -195,13 +236,20 @@ def main() -> None:
                         help="each move's return less the group's mean return at the same information state")
     parser.add_argument("--split-shared", action="store_true",
                         help="one shared logit for the states before any bet, another for those facing a bet")
+    parser.add_argument("--br-decay", type=float, default=0.0,
+                        help="with --br-estimated: the weight each step keeps of the earlier steps' move counts")
+    parser.add_argument("--br-estimated", action="store_true",
+                        help="the best response (the fourth --mix weight) answers the last step's move frequencies "
+                             "of the learning policy, not its exact policy")
     parser.add_argument("--no-scale", action="store_true", help="advantage R - group mean, not divided by the std")
-    parser.add_argument("--mix", type=float, nargs=3, default=(0.6, 0.2, 0.2), metavar=("SELF", "SNAPSHOT", "RANDOM"))
+    parser.add_argument("--mix", type=float, nargs="+", default=(0.6, 0.2, 0.2),
+                        help="weights of self-play, the snapshot, the random player and (a fourth, optional) the "
+                             "exact best response to the current policy")
     args = parser.parse_args()
     runs = [
         simulate(args.init, args.steps, args.group_size, args.groups, args.lr, args.move_entropy, args.shared,
                  args.specific, tuple(args.mix), args.snapshot_every, args.kl, not args.no_scale, args.state_baseline,
-                 args.split_shared, seed=seed)
+                 args.split_shared, args.br_estimated, args.br_decay, seed=seed)
         for seed in range(args.seeds)
     ]
     steps = [step for step, _ in runs[0]]

@@ -146,11 +146,13 @@ class TargetEstimator:
     """Estimates `TurnTargets` for a rollout's episodes; `samplers` draw fresh moves per LLM seat name."""
 
     def __init__(self, settings: TargetSettings, options: Mapping[str, object],
-                 samplers: Mapping[str, Sampler]) -> None:
+                 samplers: Mapping[str, Sampler], scripted: Mapping[str, Opponent] | None = None) -> None:
         self.settings = settings
         self.options = dict(options)
         self.samplers = samplers
-        self._scripted: dict[str, Opponent] = {}
+        self._scripted: dict[str, Opponent] = dict(scripted or {})
+        """Scripted players by name: those given (the ones `games` cannot make by name, e.g. the exploiter that
+        played), and the others made by name on first use."""
 
     def estimate(self, episodes: Sequence[Episode], seed: int) -> tuple[list[Episode], TargetReport]:
         """`episodes` with their `targets` filled in, and what the estimation cost."""

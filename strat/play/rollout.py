@@ -19,6 +19,7 @@ from strat.algorithm.records import Episode, Turn
 from strat.algorithm.targets import SCRIPTED, Sampler, TargetEstimator, TargetSettings
 from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
+from strat.play.exploiter import EXPLOITER, Exploiter
 
 Generate = Callable[[list[list[int]], SamplingParams], list[Generation]]
 """A policy: token-id prompts and sampling params in, one generation per prompt out."""
@@ -203,6 +204,10 @@ class RolloutRunner:
         self.fixed: dict[str, LLMPlayer] = dict(fixed or {})
         """The job's fixed policies by name (`{kind: policy, name: ...}` opponents), each with its own encoding,
         engine and reasoning format."""
+        exploiters = [opponent for opponent in settings.opponents if opponent.kind == EXPLOITER]
+        self.exploiter = (Exploiter(settings.game, settings.game_options, exploiters[0].exploiter_keep)
+                          if exploiters else None)
+        """The best response to the policy's recent moves (`{kind: exploiter}`), learning from each rollout."""
 
     def players(self) -> dict[str, LLMPlayer]:
         """Every LLM player of the rollout by key: the trained policy, the snapshot (and the league, which plays on
@@ -221,10 +226,14 @@ class RolloutRunner:
         """Play `group_size` games per plan; every round batches all pending LLM decisions. With score targets
         asked for, they are estimated at the end, on the same weights (`strat.algorithm.targets`)."""
         players = self.players()
+        exploiter = {EXPLOITER: self.exploiter.opponent()} if self.exploiter is not None else {}
         episodes = play_games([game for plan in plans for game in self._start_group(plan)], players, sampling_seed)
+        if self.exploiter is not None:
+            self.exploiter.observe(episodes)
         if not self.settings.targets.wanted:
             return episodes
-        estimator = TargetEstimator(self.settings.targets, self.settings.game_options, self._samplers(players))
+        estimator = TargetEstimator(self.settings.targets, self.settings.game_options, self._samplers(players),
+                                    scripted=exploiter)
         episodes, _ = estimator.estimate(episodes, derive_seed(sampling_seed, "targets"))
         return episodes
 
@@ -275,6 +284,10 @@ class RolloutRunner:
                     seed=derive_seed(plan.seed, member, "opponent") % (2**31), **settings.game_options,
                 )
                 scripted = {agent: opponent for agent in agents if agent not in ego}
+            elif plan.opponent.kind == EXPLOITER:
+                if self.exploiter is None:
+                    raise ValueError(f"{plan.group_id}: an exploiter opponent, and none in this rollout's settings")
+                scripted = {agent: self.exploiter.opponent() for agent in agents if agent not in ego}
             other = {"snapshot": "snapshot", "league": LEAGUE_SEAT,
                      "policy": policy_seat(plan.opponent.name or "")}.get(plan.opponent.kind, "policy")
             if other.startswith(POLICY_SEAT) and plan.opponent.name not in self.fixed:

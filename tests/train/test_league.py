@@ -196,8 +196,8 @@ def test_a_league_is_configured() -> None:
 @pytest.mark.parametrize(("opponents", "message"), [
     ("[{kind: league}, {kind: league}]", "game.opponents.1: a second league"),
     ("[{kind: self}, {kind: league}, {kind: snapshot}]", "game.opponents.2: a snapshot opponent beside a league"),
-    ("[{kind: self, size: 3}]", "size, sampling and decay are only for kind=league"),
-    ("[{kind: snapshot, decay: 0.5}]", "size, sampling and decay are only for kind=league"),
+    ("[{kind: self, size: 3}]", "size and sampling are only for kind=league"),
+    ("[{kind: snapshot, decay: 0.5}]", "decay is only for kind=league or kind=exploiter"),
     ("[{kind: league, decay: 0}]", "decay"),
     ("[{kind: league, decay: 1.5}]", "decay"),
     ("[{kind: league, size: 0}]", "size"),
