@@ -107,7 +107,8 @@ def test_best_response_values_add_up_to_openspiels_nash_conv(name: str) -> None:
 
 def test_states_missing_from_the_table_are_played_uniformly() -> None:
     empty = best_response("kuhn_poker", {})
-    uniform = best_response("kuhn_poker", {key: {PASS: 0.5, BET: 0.5} for key in _decisions(load_game("kuhn_poker", {}))})
+    keys = _decisions(load_game("kuhn_poker", {}))
+    uniform = best_response("kuhn_poker", {key: {PASS: 0.5, BET: 0.5} for key in keys})
     for state in _decisions(load_game("kuhn_poker", {})).values():
         assert empty(*_at("kuhn_poker", state)) == uniform(*_at("kuhn_poker", state))
 
