@@ -6,11 +6,19 @@ from __future__ import annotations
 
 from strat.algorithm.advantage import AdvantageStats, correlation
 from strat.algorithm.records import ScoredEpisode
-from strat.algorithm.targets import TargetSettings
+from strat.algorithm.targets import SCRIPTED, TargetSettings
+
+
+def opponent_label(seat: str) -> str:
+    """A metric's name for the player in an opponent seat (`Episode.seats`): a scripted player's own name
+    (`random`, `exploiter`), `snapshot`, `league`, or `policy_<name>` for another policy of the job."""
+    return seat.removeprefix(SCRIPTED).replace(":", "_")
 
 
 def episode_metrics(scored: list[ScoredEpisode], targets: TargetSettings | None = None) -> dict[str, float]:
-    """Reward, format validity and CoT figures of a step's ego turns. Where score targets were estimated: the share
+    """Reward, format validity and CoT figures of a step's ego turns; the reward against each kind of opponent
+    (`reward/vs_<opponent>`, self-play left out: against an exploiter it is minus the policy's exploitability as
+    far as the exploiter's estimate of the policy goes). Where score targets were estimated: the share
     of components scored on them (`cot/target_coverage`), and the process score's variance and correlation with the
     turn's outcome against the sampled truth and against the targets, on the same turns."""
     targets = targets or TargetSettings()
@@ -18,9 +26,14 @@ def episode_metrics(scored: list[ScoredEpisode], targets: TargetSettings | None 
     scores, predicts, beliefs, gaps = [], [], [], []
     on_target = eligible = 0
     paired: list[tuple[float, float, float]] = []
+    by_opponent: dict[str, list[float]] = {}
     for item in scored:
         episode = item.episode
         ego_returns.extend(episode.outcome(agent) for agent in episode.ego_agents)
+        others = {episode.seats.get(agent, "") for agent in episode.agents if agent not in episode.ego_agents}
+        if len(others) == 1 and (other := others.pop()):
+            by_opponent.setdefault(opponent_label(other), []).extend(
+                episode.outcome(agent) for agent in episode.ego_agents)
         for turn in episode.turns:
             if turn.agent in episode.ego_agents and turn.response is not None:
                 llm_turns += 1
@@ -61,6 +74,8 @@ def episode_metrics(scored: list[ScoredEpisode], targets: TargetSettings | None 
         "cot/belief_acc": mean(beliefs),
         "gen/tokens": float(tokens),
     }
+    for label, returns in sorted(by_opponent.items()):
+        record[f"reward/vs_{label}"] = mean(returns)
     if eligible:
         record["cot/target_coverage"] = on_target / eligible
     if paired:
