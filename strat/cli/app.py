@@ -3,6 +3,7 @@ line and an exit status. The verbs live in the modules beside this one and are r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +11,7 @@ import click
 import typer
 from typer.exceptions import TyperException
 
-from strat.config import ExperimentConfig
+from strat.config import ExperimentConfig, parse_override
 from strat.config_loading import load_config
 from strat.errors import ConfigError, JobError, RunAborted, UserError
 from strat.process_env import apply_defaults
@@ -27,6 +28,20 @@ ConfigArg = Annotated[Path, typer.Argument(help="Experiment YAML file, e.g. conf
 OverridesArg = Annotated[
     list[str] | None, typer.Argument(help="Overrides as key.sub=value, e.g. algorithm.group_size=4.")
 ]
+
+
+def game_options(values: Sequence[str] | None) -> dict[str, object]:
+    """`--game-option key=value` pairs, each value read as YAML (players=3 is the number 3)."""
+    options: dict[str, object] = {}
+    for text in values or ():
+        try:
+            parts, value = parse_override(text)
+        except ConfigError:
+            raise ConfigError(f"--game-option {text!r}: expected key=value, e.g. players=3") from None
+        if len(parts) != 1 or isinstance(value, (dict, list)) or value is None:
+            raise ConfigError(f"--game-option {text!r}: expected key=value with a plain value, e.g. players=3")
+        options[parts[0]] = value
+    return options
 
 
 def load(config: Path, overrides: list[str] | None) -> ExperimentConfig:

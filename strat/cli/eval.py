@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from games.opponents import opponent_names
-from strat.config import parse_override
+from strat.cli.app import game_options
 from strat.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -20,20 +20,6 @@ if TYPE_CHECKING:
 
 def _split(values: Sequence[str] | None) -> list[str]:
     return [part.strip() for value in values or () for part in value.split(",") if part.strip()]
-
-
-def _game_options(values: Sequence[str] | None) -> dict[str, object]:
-    """`--game-option key=value` pairs, each value read as YAML (players=3 is the number 3)."""
-    options: dict[str, object] = {}
-    for text in values or ():
-        try:
-            parts, value = parse_override(text)
-        except ConfigError:
-            raise ConfigError(f"--game-option {text!r}: expected key=value, e.g. players=3") from None
-        if len(parts) != 1 or isinstance(value, (dict, list)) or value is None:
-            raise ConfigError(f"--game-option {text!r}: expected key=value with a plain value, e.g. players=3")
-        options[parts[0]] = value
-    return options
 
 
 def _default_out(policy: Policy, game: str, head: bool) -> Path:
@@ -140,7 +126,7 @@ def eval_command(
         raise ConfigError("give either --policy or --head-to-head, not both")
     if contenders and len(contenders) < 2:
         raise ConfigError(f"--head-to-head needs at least two policies, got {contenders}")
-    options = _game_options(game_option)
+    options = game_options(game_option)
     overrides = ReasoningOverrides(depth=depth, max_new_tokens=max_new_tokens, temperature=temperature)
     if contenders:
         evaluations = [(contenders, out)]

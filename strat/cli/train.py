@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 import games
-from strat.cli.app import ConfigArg, OverridesArg, load
+from strat.cli.app import ConfigArg, OverridesArg, game_options, load
 from strat.cli.cluster import CLUSTER_HELP, plan_cluster
 from strat.cluster.memory import format_memory, memory_plan_for
 from strat.cluster.placement import needs_placement
@@ -71,12 +71,28 @@ def init_model(
         "models/tiny_kuhn_poker"
     ),
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+    game_option: Annotated[
+        list[str] | None,
+        typer.Option(help="A text option of the game as key=value, e.g. move_names=situational (repeat): the "
+                          "tokenizer is trained on the text it makes, as a config's `tiny:<game>` model is."),
+    ] = None,
 ) -> None:
     """Build a tiny Qwen2-architecture model offline: tokenizer from the game's text, random weights."""
     if game not in games.names():
         raise UserError(f"unknown game {game!r} (allowed: {', '.join(games.names())})")
-    path = tiny_model.build(game, out, seed=seed)
-    typer.echo(f"tiny model for {game} (seed {seed}) written to {path}")
+    options = game_options(game_option)
+    text = games.text_options(game)
+    other = sorted(set(options) - set(text))
+    if other:
+        raise UserError(f"--game-option {other[0]}: not a text option of {game} (its text options: "
+                        f"{', '.join(text) or 'none'}); the tiny model's tokenizer depends on those only")
+    try:
+        games.make(game, **options)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as err:
+        raise UserError(f"--game-option: {err}") from None
+    path = tiny_model.build(game, out, seed=seed, text_options=tuple(sorted(options.items())))  # type: ignore[arg-type]
+    described = "".join(f", {key}={value}" for key, value in sorted(options.items()))
+    typer.echo(f"tiny model for {game} (seed {seed}{described}) written to {path}")
 
 
 def sft(

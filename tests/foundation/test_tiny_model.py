@@ -24,6 +24,23 @@ def test_init_model_is_byte_identical_for_a_seed(tmp_path: Path) -> None:
     assert _digest(tmp_path / "a") != _digest(tmp_path / "c")
 
 
+def test_init_model_takes_the_games_text_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--game-option` builds the model a config with that text option gets (the same tokenizer), and refuses,
+    in one line, an option that is not a text option or a value the game does not know."""
+    out = tmp_path / "named"
+    assert main(["init-model", "--game", "kuhn_poker", "--game-option", "move_names=situational",
+                 "--out", str(out)]) == 0
+    cached = tiny_model.ensure("kuhn_poker", text_options=(("move_names", "situational"),))
+    assert (out / "tokenizer.json").read_bytes() == (cached / "tokenizer.json").read_bytes()
+    assert json.loads((out / "strat_tiny.json").read_text())["text_options"] == {"move_names": "situational"}
+    for option, message in (("players=3", "not a text option of kuhn_poker"), ("move_names=bogus", "bogus")):
+        capsys.readouterr()
+        assert main(["init-model", "--game", "kuhn_poker", "--game-option", option,
+                     "--out", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err and not (tmp_path / "x").exists()
+
+
 def test_tiny_model_loads_and_is_tiny(tiny_model_dir: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
