@@ -9,19 +9,19 @@ options in seconds before spending a 10-minute LLM run on them.
 
 The policy is one Bernoulli "bet" logit per information set (12), optionally plus a logit shared by all of them
 (`--shared`): the LLM's habit of moving every card's "bet" together, with `--specific` the card-specific learning
-speed relative to the shared one. The loop is the service's: groups of `--group-size` episodes with the same deal
-and opponent kind (self-play with both seats learning, the snapshot taken every 5 steps, the uniform random player,
-and optionally the exact best response to the policy, the `{kind: exploiter}` opponent; weights `--mix`), group-relative advantages per seat ((R - mean) / std, 0 for a flat group), REINFORCE on each of the
-seat's moves, an optional bonus on the entropy of each move (`--move-entropy`, the analogue of
-`algorithm.move_entropy_coef`), optionally the forward KL to the snapshot (`--kl`, the analogue of
-`algorithm.kl_coef` with `kl_reference: snapshot`), Adam. `--no-scale` leaves the std out of the advantage, and
-`--state-baseline` compares each move's return with the group's at the same information state;
-`--split-shared` gives the shared logit one half for the states before any bet and one for those facing a bet (as if
-a call and a bet had different names). `--br-estimated` has the best response answer the last step's move
-frequencies of the learning policy, as the service's exploiter does, keeping `--br-decay` of the earlier counts
-(its default 0 keeps none); without it, the exact policy. `--init` is the warm start's player (contrarian, timid, station) or uniform
-(random). It prints the exact exploitability
-(`strat.eval.exploitability`) every 5 steps for each seed, and the mean.
+speed relative to the shared one. The loop is the service's: groups of `--group-size` episodes with the same deal and
+opponent kind (self-play with both seats learning, the snapshot taken every 5 steps, the uniform random player, and
+optionally the exact best response to the policy, the `{kind: exploiter}` opponent; weights `--mix`), group-relative
+advantages per seat ((R - mean) / std, 0 for a flat group), REINFORCE on each of the seat's moves, an optional bonus
+on the entropy of each move (`--move-entropy`, the analogue of `algorithm.move_entropy_coef`), optionally the forward
+KL to the snapshot (`--kl`, the analogue of `algorithm.kl_coef` with `kl_reference: snapshot`), Adam. `--no-scale`
+leaves the std out of the advantage, and `--state-baseline` compares each move's return with the group's at the same
+information state; `--split-shared` gives the shared logit one half for the states before any bet and one for those
+facing a bet (as if a call and a bet had different names). `--br-estimated` has the best response answer the last
+step's move frequencies of the learning policy, as the service's exploiter does, keeping `--br-decay` of the earlier
+counts (its default 0 keeps none); without it, the exact policy. `--init` is the warm start's player (contrarian,
+timid, station) or uniform (random). It prints the exact exploitability (`strat.eval.exploitability`) every 5 steps
+for each seed, and the mean.
 
 It leaves out the text: reasoning tokens, the process term, PPO clipping, format failures. It reproduced what the
 LLM runs showed (the drift to betting with every card, exploitability ~0.33 at step 30 from the contrarian warm start)
