@@ -60,3 +60,31 @@ def test_a_split_shared_logit_changes_the_run(dynamics) -> None:
     assert split != tied
     assert dynamics.simulate(init="timid", steps=10, groups=4, split_shared=True, seed=2) == \
         dynamics.simulate(init="timid", steps=10, groups=4, seed=2)  # without a shared logit nothing to split
+
+
+def test_the_surrogates_best_response_gains_the_exploitability(dynamics) -> None:
+    """The surrogate's exploiter: against each seat's best response the policy loses exactly its NashConv (OpenSpiel's
+    exploitability, twice over in two-player zero-sum), and a pure best response to a player who always bets folds
+    the Jack and calls with the Queen and the King."""
+
+    def value(first: np.ndarray, second: np.ndarray) -> float:  # player 0's expected return
+        total = 0.0
+        for cards in ((a, b) for a in range(3) for b in range(3) if a != b):
+            def walk(history: str) -> float:
+                end = dynamics._terminal(history, cards)
+                if end is not None:
+                    return end
+                seat = len(history) % 2
+                p = (first, second)[seat][dynamics.infoset(cards[seat], history)]
+                return p * walk(history + "b") + (1 - p) * walk(history + "p")
+            total += walk("") / 6
+        return total
+
+    rng = np.random.default_rng(5)
+    for bets in (dynamics.timid(), *rng.random((3, 12))):
+        gains = value(dynamics.best_response(bets, 0), bets) - value(bets, dynamics.best_response(bets, 1))
+        assert gains / 2 == pytest.approx(_openspiel(dynamics, bets), abs=1e-9)
+    always = dynamics.best_response(np.ones(12), 1)
+    assert [always[dynamics.infoset(card, "b")] for card in range(3)] == [0.0, 1.0, 1.0]
+    assert dynamics.simulate(init="timid", steps=5, groups=4, mix=(0.4, 0.2, 0.2, 0.2), br_estimated=True,
+                             seed=1) != dynamics.simulate(init="timid", steps=5, groups=4, seed=1)
