@@ -11,42 +11,27 @@ import pytest
 from open_spiel.python import policy as spiel_policy
 from open_spiel.python.algorithms.exploitability import nash_conv
 
-import games
 from games.best_response import available, best_response
 from games.openspiel_env import load_game
+from strat.eval.exploitability import decision_states, env_at
 
 PASS, BET = 0, 1
 
 
-def _decisions(game: pyspiel.Game) -> dict[str, pyspiel.State]:
-    """One state per information state of `game`."""
-    found: dict[str, pyspiel.State] = {}
-    stack = [game.new_initial_state()]
-    while stack:
-        state = stack.pop()
-        if state.is_terminal():
-            continue
-        if state.is_chance_node():
-            stack.extend(state.child(action) for action, _ in state.chance_outcomes())
-            continue
-        found.setdefault(state.information_state_string(state.current_player()), state)
-        stack.extend(state.child(action) for action in state.legal_actions())
-    return found
+def _decisions(name: str) -> dict[str, pyspiel.State]:
+    """One state per information state of `name` (the evaluator's walk of the tree)."""
+    return {key: state for key, _, state in decision_states(name, ())}
 
 
 def _at(name: str, state: pyspiel.State):
-    env = games.make(name)
-    env.reset(seed=0)
-    env.load_state(state)
-    return env, env.agent_selection
+    return env_at(name, {}, state)
 
 
 def test_against_a_player_who_always_bets_by_hand() -> None:
-    game = load_game("kuhn_poker", {})
-    always_bet = {key: {BET: 1.0} for key in _decisions(game)}
+    always_bet = {key: {BET: 1.0} for key in _decisions("kuhn_poker")}
     respond = best_response("kuhn_poker", always_bet)
     moves = {key: max(respond(*_at("kuhn_poker", state)).items(), key=lambda kv: kv[1])[0]
-             for key, state in _decisions(game).items()}
+             for key, state in _decisions("kuhn_poker").items()}
     # Second to act, facing the bet: the Jack loses a call to either card (fold, -1); the Queen's call wins 2 against
     # the Jack and loses 2 to the King (0 > -1: call); the King's call wins 2.
     assert (moves["0b"], moves["1b"], moves["2b"]) == (PASS, BET, BET)
@@ -80,7 +65,7 @@ def test_best_response_values_add_up_to_openspiels_nash_conv(name: str) -> None:
     game = load_game(name, {})
     rng = random.Random(3)
     table = {}
-    for key, state in _decisions(game).items():
+    for key, state in _decisions(name).items():
         weights = [rng.random() for _ in state.legal_actions()]
         table[key] = {action: w / sum(weights) for action, w in zip(state.legal_actions(), weights)}
     respond = best_response(name, table)
@@ -107,9 +92,9 @@ def test_best_response_values_add_up_to_openspiels_nash_conv(name: str) -> None:
 
 def test_states_missing_from_the_table_are_played_uniformly() -> None:
     empty = best_response("kuhn_poker", {})
-    keys = _decisions(load_game("kuhn_poker", {}))
+    keys = _decisions("kuhn_poker")
     uniform = best_response("kuhn_poker", {key: {PASS: 0.5, BET: 0.5} for key in keys})
-    for state in _decisions(load_game("kuhn_poker", {})).values():
+    for state in keys.values():
         assert empty(*_at("kuhn_poker", state)) == uniform(*_at("kuhn_poker", state))
 
 
