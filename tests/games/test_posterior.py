@@ -17,7 +17,7 @@ import games
 import games.posterior
 from games.base import TextGameEnv
 from games.kuhn_poker import BET, PASS
-from games.leduc_poker import CALL, RAISE
+from games.leduc_poker import CALL, RAISE, sensible_model
 from games.opponents import uniform_policy
 from games.posterior import MAX_DEALS, Posterior, posterior, supports_posterior, table_policy
 
@@ -122,6 +122,25 @@ def test_leduc_before_the_public_card() -> None:
     found = posterior(at("leduc_poker", [4, 0, RAISE]), "player_1", "player_0", policy)
     # The observer's Jack leaves one Jack, two Queens, two Kings: 1/5 * 1/4, 2/5 * 1/2, 2/5 * 1 = 1/20, 4/20, 8/20.
     assert_probabilities(found, {"jack": Fraction(1, 13), "queen": Fraction(4, 13), "king": Fraction(8, 13)})
+
+
+def test_leduc_warm_start_belief_is_the_likeliest_card_under_its_stated_model() -> None:
+    # The model: half the heuristic rule (no bet yet: a Jack checks, a Queen or King raises), half uniform over
+    # {call, raise}. So P(check | Jack) = 1/2 + 1/4 = 3/4 and P(check | Queen or King) = 1/4.
+    start = at("leduc_poker", [4, 1])
+    assert sensible_model(start, "player_0") == pytest.approx({CALL: 1 / 4, RAISE: 3 / 4})
+    # Player 1 holds a Jack (card 1), so one Jack, two Queens, two Kings are left; player 0 checks:
+    # 1/5 * 3/4 = 3/20 for a Jack against 2/5 * 1/4 = 2/20 for a Queen and for a King.
+    why, guess = at("leduc_poker", [4, 1, CALL]).guess_private_info("player_1", 0, random.Random(0))
+    assert guess == "Jack" and "checking" in why
+    # Player 1 holds a King (card 4): two Jacks, two Queens, one King left; player 0 raises:
+    # 2/5 * 1/4 for a Jack, 2/5 * 3/4 for a Queen, 1/5 * 3/4 for a King.
+    why, guess = at("leduc_poker", [0, 4, RAISE]).guess_private_info("player_1", 0, random.Random(0))
+    assert guess == "Queen" and "raise" in why
+    # Before the opponent moves, player 0 with a King (card 4): a Jack and a Queen are equally likely (2/5 each);
+    # ties are broken by the rng, never towards the less likely King.
+    guesses = {start.guess_private_info("player_0", 1, random.Random(seed))[1] for seed in range(20)}
+    assert guesses == {"Jack", "Queen"}
 
 
 def test_leduc_after_the_public_card() -> None:
