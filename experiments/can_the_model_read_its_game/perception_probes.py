@@ -72,6 +72,8 @@ Scorer = Callable[[Messages, str, Sequence[str], bool], dict[str, float]]
 (" name" when `space`), renormalised over `names`."""
 Generate = Callable[[list[Messages]], list[str]]
 """A batch of prompts -> one sampled response each."""
+Respond = Callable[[list[tuple[TextGameEnv, str]]], list[str]]
+"""A batch of (game, the agent to move) -> one response each: a model's through its prompt, or a template's."""
 
 BOARD_GAMES = ("tic_tac_toe", "connect_four")
 DICE_GAMES = ("liars_dice",)
@@ -307,6 +309,38 @@ def read_beliefs(generate: Generate, game: str, depth: int, episodes: int, oppon
                  options: Mapping[str, object] | None = None) -> BeliefRegret:
     """The belief probe: `episodes` games against `opponent`, the policy's seat alternating, in lockstep (each round
     of the policy's decisions is one call of `generate`)."""
+
+    def respond(batch: list[tuple[TextGameEnv, str]]) -> list[str]:
+        return generate([build_messages(env, agent, depth) for env, agent in batch])
+
+    return belief_games(respond, game, depth, episodes, opponent, seed, options)
+
+
+def template_respond(player: str, game: str, depth: int, seed: int = 0,
+                     options: Mapping[str, object] | None = None) -> Respond:
+    """The warm start's templated responses (`templated_response`) for the scripted `player`'s moves: the beliefs a
+    warm start on `player` learns to write, so that the probe's figure for them is the most its model can reach."""
+    players: dict[int, object] = {}  # one seeded player per game, by the env's identity (the games outlive the probe)
+    rng = random.Random(seed)
+
+    def respond(batch: list[tuple[TextGameEnv, str]]) -> list[str]:
+        texts = []
+        for env, agent in batch:
+            if id(env) not in players:
+                players[id(env)] = make_opponent(player, game, seed=seed * 1_000_003 + len(players),
+                                                 **dict(options or {}))
+            action = players[id(env)].act(env, agent)
+            texts.append(templated_response(env, agent, action, depth, rng))
+        return texts
+
+    return respond
+
+
+def belief_games(respond: Respond, game: str, depth: int, episodes: int, opponent: str = "random", seed: int = 0,
+                 options: Mapping[str, object] | None = None) -> BeliefRegret:
+    """`episodes` games against `opponent`, the responding seat alternating, in lockstep (each round of its
+    decisions is one call of `respond`); at each decision the response's belief is scored against the posterior
+    under `opponent`'s policy and its move is played."""
     if "past" not in DEPTH_SECTIONS[depth]:
         raise ValueError(f"depth {depth} responses have no <past>, so no belief to read (use depth 1 or 2)")
     options = dict(options or {})
@@ -329,7 +363,7 @@ def read_beliefs(generate: Generate, game: str, depth: int, episodes: int, oppon
                 pending.append(i)
         if not pending:
             break
-        texts = generate([build_messages(envs[i], seats[i], depth) for i in pending])
+        texts = respond([(envs[i], seats[i]) for i in pending])
         for i, text in zip(pending, texts, strict=True):
             env, agent = envs[i], seats[i]
             other = next(a for a in env.possible_agents if a != agent)
@@ -383,6 +417,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--opponent", help="the poker probe's scripted opponent (default: the config's first "
                         "scripted one, else random)")
+    parser.add_argument("--template", metavar="PLAYER", help="the poker probe on the warm start's templated "
+                        "responses for scripted PLAYER's moves instead of a model's: the most a warm start on PLAYER "
+                        "can reach")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")
     args = parser.parse_args()
     config = load_config(args.config, list(args.overrides))
@@ -392,22 +429,31 @@ def main() -> None:
                      f"{', '.join(BELIEF_BARS)})")
     if game in BELIEF_BARS and "past" not in DEPTH_SECTIONS[depth]:
         parser.error(f"the belief probe reads <past>, which depth {depth} responses lack: set reasoning.depth=1 or 2")
-    model_dir = args.model or Trainer.initial_model_path(config)
+    if args.template and game not in BELIEF_BARS:
+        parser.error(f"--template is for the belief probe ({', '.join(BELIEF_BARS)}), not {game}")
     device = resolve_device("auto")
-    print(f"{game}, depth {depth}, model {model_dir}")
     if game in BELIEF_BARS:
         opponent = args.opponent or default_opponent(config)
-        engine = build_engine("hf", model_dir, device=device)
-        try:
-            generate = engine_generate(engine, config.reasoning.max_new_tokens, args.seed)
-            result = read_beliefs(generate, game, depth, args.states, opponent, args.seed, options)
-        finally:
-            engine.close()
+        if args.template:
+            print(f"{game}, depth {depth}, the warm start's templated responses for {args.template}'s moves")
+            respond = template_respond(args.template, game, depth, args.seed, options)
+            result = belief_games(respond, game, depth, args.states, opponent, args.seed, options)
+        else:
+            model_dir = args.model or Trainer.initial_model_path(config)
+            print(f"{game}, depth {depth}, model {model_dir}")
+            engine = build_engine("hf", model_dir, device=device)
+            try:
+                generate = engine_generate(engine, config.reasoning.max_new_tokens, args.seed)
+                result = read_beliefs(generate, game, depth, args.states, opponent, args.seed, options)
+            finally:
+                engine.close()
         bar = BELIEF_BARS[game]
         print(f"belief regret against {opponent}, {result.regret.n} decisions of {result.games} games: "
               f"{result.regret} (bar <= {bar}: {verdict(result.regret, bar, at_least=False)})")
         print(f"no readable belief: {result.unreadable:.3f} of decisions; naming nothing: regret {result.best:.3f}")
         return
+    model_dir = args.model or Trainer.initial_model_path(config)
+    print(f"{game}, depth {depth}, model {model_dir}")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
     scorer = model_scorer(model.to(device).eval(), tokenizer)

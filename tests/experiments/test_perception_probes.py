@@ -214,3 +214,18 @@ def test_read_beliefs_with_the_hf_engine(probes, tiny_model_dir: Path) -> None:
     # Random weights write no belief line in 24 tokens.
     assert result.unreadable == 1.0 and "past" in DEPTH_SECTIONS[1]
     assert parse_response("", 1).sections.past is None
+
+
+def test_the_templated_beliefs_reach_the_posterior(probes) -> None:
+    # Kuhn against random: the posterior is 1/2 on each card one does not hold, and the template never names one's
+    # own card, so its regret is 0 at every decision.
+    kuhn = probes.belief_games(probes.template_respond("timid", "kuhn_poker", depth=1), "kuhn_poker", depth=1,
+                               episodes=20)
+    assert kuhn.regret.mean == pytest.approx(0.0) and kuhn.regret.n >= 20 and kuhn.unreadable == 0.0
+    # Leduc against the heuristic player, whose moves are certain given its card: under the template's model (half
+    # that rule, half uniform) every card consistent with the moves has the same likelihood, and an inconsistent one
+    # at most u / (1 + u) <= 1/3 of it (u: a uniform move's probability); no rank has more than two cards left, so the
+    # likeliest card is a consistent one of the most copies left: the heuristic posterior's mode, regret 0.
+    leduc = probes.belief_games(probes.template_respond("contrarian", "leduc_poker", depth=2), "leduc_poker", depth=2,
+                                episodes=20, opponent="heuristic")
+    assert leduc.regret.mean == pytest.approx(0.0, abs=1e-9) and leduc.best > 0.5
