@@ -15,7 +15,7 @@ from games.bargaining import BargainingEnv
 from games.base import TextGameEnv
 from games.connect_four import ConnectFourEnv
 from games.kuhn_poker import BET, PASS, KuhnPokerEnv
-from games.leduc_poker import CALL, FOLD, RAISE, LeducPokerEnv
+from games.leduc_poker import CALL, FOLD, RAISE, LeducPokerEnv, heuristic_policy
 from games.liars_dice import LiarsDiceEnv
 from games.tic_tac_toe import TicTacToeEnv
 
@@ -30,21 +30,10 @@ def _kuhn_strong(env: KuhnPokerEnv, agent: str) -> bool:
     return env.card(agent) >= env.spec.num_players - 1
 
 
-def _leduc_strong(env: LeducPokerEnv, agent: str) -> bool:
-    """A Queen, a King or a pair with the public card."""
-    card = env.card(agent)
-    return card >= env.spec.num_players - 1 or card == env.public_card()
-
-
 def leduc_poker(env: LeducPokerEnv, agent: str) -> dict[int, float]:
-    """Raise with a Queen, a King or a pair; otherwise check or call, but fold a Jack to a raise."""
-    legal = env.legal_actions(agent)
-    strong = _leduc_strong(env, agent)
-    if strong and RAISE in legal:
-        return _pick(RAISE)
-    if strong or FOLD not in legal:
-        return _pick(CALL)
-    return _pick(FOLD)
+    """Raise with a Queen, a King or a pair; otherwise check or call, but fold a Jack to a raise
+    (`games.leduc_poker.heuristic_policy`)."""
+    return heuristic_policy(env, agent)
 
 
 def tic_tac_toe(env: TicTacToeEnv, agent: str) -> dict[int, float]:
@@ -143,7 +132,7 @@ def leduc_poker_contrarian(env: LeducPokerEnv, agent: str) -> dict[int, float]:
     """The Leduc heuristic upside down, two times in three: lean to raise with a weak hand and to fold a strong one
     to a raise, else to check or call."""
     legal = env.legal_actions(agent)
-    strong = _leduc_strong(env, agent)
+    strong = env.strong_hand(agent)
     if not strong and RAISE in legal:
         return _lean(RAISE, legal)
     if not strong or FOLD not in legal:

@@ -10,22 +10,32 @@ import pyspiel
 from games.base import TextGameEnv
 from games.cards import card_values, rank_names
 from games.openspiel_env import OpenSpielEnv
+from games.posterior import posterior
 
 FOLD, CALL, RAISE = 0, 1, 2
 _ANTES = re.compile(r"\[Ante: ([\d ]+)\]")
 
 
+def heuristic_policy(env: LeducPokerEnv, agent: str) -> dict[int, float]:
+    """Raise with a Queen, a King or a pair; otherwise check or call, but fold a Jack to a raise: the heuristic player
+    (`games.heuristics`), kept here because the warm start's model of an opponent (`sensible_model`) reads it too."""
+    legal = env.legal_actions(agent)
+    strong = env.strong_hand(agent)
+    if strong and RAISE in legal:
+        return {RAISE: 1.0}
+    if strong or FOLD not in legal:
+        return {CALL: 1.0}
+    return {FOLD: 1.0}
+
+
 def sensible_model(env: TextGameEnv, agent: str) -> dict[int, float]:
     """The warm start's model of an opponent, for its templated belief: half the time the heuristic player's rule
-    (raise a Queen, a King or a pair; otherwise check or call, but fold a Jack to a raise), half the time a uniformly
-    random legal move. A belief read under it is close to the exact one against either player (docs/results.md,
-    issue 41)."""
-    from games.heuristics import leduc_poker  # imported here: games.heuristics imports this module
-
+    (`heuristic_policy`), half the time a uniformly random legal move. A belief read under it is close to the exact
+    one against either player (docs/results.md, issue 41)."""
     assert isinstance(env, LeducPokerEnv)
     legal = env.legal_actions(agent)
     probs = dict.fromkeys(legal, 0.5 / len(legal))
-    for action, p in leduc_poker(env, agent).items():
+    for action, p in heuristic_policy(env, agent).items():
         probs[action] += 0.5 * p
     return probs
 
@@ -99,12 +109,15 @@ class LeducPokerEnv(OpenSpielEnv):
     def private_info(self, agent: str) -> str:
         return self._ranks[self.card(agent)]
 
+    def strong_hand(self, agent: str) -> bool:
+        """A Queen, a King or a pair with the public card (with more players, one of the two highest ranks)."""
+        card = self.card(agent)
+        return card >= self.spec.num_players - 1 or card == self.public_card()
+
     def guess_private_info(self, agent: str, seat: int, rng: random.Random) -> tuple[str, str]:
         """The most likely card of player `seat` given what `agent` sees (its own card, the public card and the moves),
         under a stated model of the others, `sensible_model`: the exact posterior (`games.posterior`), ties broken by
         `rng`. The why names the evidence the moves give."""
-        from games.posterior import posterior  # imported here: it imports games.openspiel_env, as this module does
-
         ranks = self._ranks
         deals = 0
         raised_late = raised = acted = False
