@@ -6,6 +6,7 @@ equally good moves are broken uniformly.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from math import comb
 
@@ -13,6 +14,7 @@ import pyspiel
 
 from games.bargaining import BargainingEnv
 from games.base import TextGameEnv
+from games.cards import rank_names
 from games.connect_four import ConnectFourEnv
 from games.kuhn_poker import BET, PASS, KuhnPokerEnv
 from games.leduc_poker import CALL, FOLD, RAISE, LeducPokerEnv, heuristic_policy
@@ -200,6 +202,50 @@ def kuhn_poker_station(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
     if env.facing_bet():
         return _uniform(env.legal_actions(agent))
     return kuhn_poker_timid(env, agent)
+
+
+READER_NOISE = 0.1
+"""How often the reader plays a uniformly random legal move instead of acting on its belief."""
+
+
+def kuhn_poker_reader_move(env: KuhnPokerEnv, agent: str, believed: int) -> dict[int, float]:
+    """The reader's move once it believes its opponent holds card `believed`: it bets, or calls a bet, half the time
+    when its own card beats that card and never otherwise; one time in ten (`READER_NOISE`) it plays a uniformly
+    random legal move instead. Two-player Kuhn poker."""
+    bet = (1 - READER_NOISE) * 0.5 * (env.card(agent) > believed) + READER_NOISE / 2
+    return {PASS: 1 - bet, BET: bet}
+
+
+def kuhn_poker_reader(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
+    """A weak player whose move is written from its belief: it believes, with equal chance, either card it does not
+    hold (what the cards alone say; it reads nothing into the betting) and plays `kuhn_poker_reader_move` on that
+    belief. So it bets or calls with the King half the time, with the Queen a little more than one time in four
+    (0.275), and with the Jack one time in twenty (0.368 exploitable, against always betting's 1/3). The warm start
+    draws the belief first and writes it into the response, so that the move it imitates depends on the belief
+    written before it."""
+    others = [card for card in range(env.spec.num_players + 1) if card != env.card(agent)]
+    moves = [kuhn_poker_reader_move(env, agent, card) for card in others]
+    return {action: sum(move[action] for move in moves) / len(moves) for action in (PASS, BET)}
+
+
+READER: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
+    "kuhn_poker": kuhn_poker_reader,
+}
+"""Weak players whose moves follow a belief about the opponent's private information (two-player games)."""
+
+def kuhn_poker_reader_turn(env: KuhnPokerEnv, agent: str, rng: random.Random) -> tuple[str, str, dict[int, float]]:
+    """One of the reader's turns with its belief drawn first: (why, the believed card's name, the move's
+    probabilities given that belief). Marginalised over the draw, the move is `kuhn_poker_reader`'s."""
+    others = [card for card in range(env.spec.num_players + 1) if card != env.card(agent)]
+    believed = rng.choice(others)
+    why = "The cards alone leave either of the other two, so I take one."
+    return why, rank_names(env.spec.num_players + 1)[believed], kuhn_poker_reader_move(env, agent, believed)
+
+
+READER_TURNS: dict[str, Callable[[TextGameEnv, str, random.Random], tuple[str, str, dict[int, float]]]] = {
+    "kuhn_poker": kuhn_poker_reader_turn,
+}
+"""The readers' turns with the belief drawn first, for the warm start to write that belief before the move."""
 
 
 CONTRARIAN: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {

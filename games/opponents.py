@@ -69,6 +69,7 @@ def _availability() -> dict[str, frozenset[str]]:
         "timid": frozenset(heuristics.TIMID),
         "bully": frozenset(heuristics.BULLY),
         "station": frozenset(heuristics.STATION),
+        "reader": frozenset(heuristics.READER),
         "truthful": frozenset(heuristics.TRUTHFUL),
         "equilibrium": frozenset(equilibrium.GAMES),
         "minimax": frozenset(minimax.GAMES),
@@ -79,8 +80,10 @@ def opponent_names(game: str, **options: int | float | str | bool) -> list[str]:
     """Names of the opponents available for `game` with its `options` (e.g. players=3: no Leduc equilibrium)."""
     if game not in game_names():
         raise ValueError(f"unknown game {game!r}; allowed games: {game_names()}")
+    two_players = options.get("players", 2) == 2
     return [name for name, games in _availability().items()
-            if game in games and (name != "equilibrium" or equilibrium.available(game, **options))]
+            if game in games and (name != "equilibrium" or equilibrium.available(game, **options))
+            and (name != "reader" or two_players)]
 
 
 def make_opponent(
@@ -97,7 +100,8 @@ def make_opponent(
     if name == "random":
         return RandomOpponent(seed)
     scripted = {"heuristic": heuristics.POLICIES, "contrarian": heuristics.CONTRARIAN, "timid": heuristics.TIMID,
-                "bully": heuristics.BULLY, "station": heuristics.STATION, "truthful": heuristics.TRUTHFUL}
+                "bully": heuristics.BULLY, "station": heuristics.STATION, "reader": heuristics.READER,
+                "truthful": heuristics.TRUTHFUL}
     if name in scripted:
         return PolicyOpponent(name, scripted[name][game], seed)
     if name == "equilibrium":

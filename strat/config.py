@@ -101,7 +101,7 @@ class ModelConfig(_Section):
         return self.path.split(":", 1)[1] if self.path.startswith("tiny:") else None
 
 
-WarmStartPlayer = Literal["random", "heuristic", "contrarian", "timid", "bully", "station"]
+WarmStartPlayer = Literal["random", "heuristic", "contrarian", "timid", "bully", "station", "reader"]
 WEAK_PLAYERS: tuple[str, ...] = get_args(WarmStartPlayer)
 """Scripted players whose play a warm start may imitate; equilibrium and minimax would teach strategy, not format."""
 
@@ -170,7 +170,10 @@ class WarmStartConfig(_Section):
     King nine times in ten, any other card half the time) and calls a bet as rarely as `timid`: as weak (0.408
     exploitable against always betting's 1/3), but its moves depend on whether it faces a bet; a model warm-started on
     it plays far better than it (0.26 exploitable). `station` (Kuhn poker) bets as `timid` does and calls any bet half
-    the time whatever its card (0.442 exploitable): its moves too depend on the betting."""
+    the time whatever its card (0.442 exploitable): its moves too depend on the betting. `reader` (two-player Kuhn
+    poker) writes its move from its belief: the transcript's belief is drawn first (either card one does not hold,
+    at even chance) and the move bets or calls half the time when one's card beats it, never otherwise, one time in
+    ten at random (0.368 exploitable), so the warm-started move depends on the belief written before it."""
     max_seconds: float = Field(1800.0, gt=0.0)
     """A guard for slow machines: training stops after this long (then not reproducible)."""
     seed: int = Field(0, ge=0)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import games
+from games.heuristics import READER_TURNS
 from games.opponents import make_opponent
 from strat.algorithm.reasoning import (
     BELIEF_MARKER,
@@ -119,8 +120,10 @@ def _situation(env: TextGameEnv, agent: str) -> str:
     return own + (f"{moves[-1]} " if moves else "No one has moved yet. ")
 
 
-def _past(env: TextGameEnv, agent: str, rng: random.Random, with_belief: bool, name_legal: bool = False) -> str:
-    """The others' earlier moves in words and, for private-information games, a belief about each of them; with
+def _past(env: TextGameEnv, agent: str, rng: random.Random, with_belief: bool, name_legal: bool = False,
+          belief: tuple[str, str] | None = None) -> str:
+    """The others' earlier moves in words and, for private-information games, a belief about each of them (`belief`,
+    (why, guess), where it was drawn before the move, in a two-player game; else the game's templated guess); with
     `name_legal`, in perfect-information games, one's legal moves last (read off the board, as the prompt lists
     them), right before the section that chooses the move."""
     lines = _others_moves(env, agent)[-_RECENT_MOVES:]
@@ -134,7 +137,9 @@ def _past(env: TextGameEnv, agent: str, rng: random.Random, with_belief: bool, n
     text = _own(env, agent) + text
     me = _seat(agent)
     seats = [seat for seat in range(env.spec.num_players) if seat != me]
-    guesses = [(seat, *_guess(env, agent, seat, rng)) for seat in seats]
+    if belief is not None and len(seats) != 1:
+        raise ValueError("a belief drawn before the move is for two-player games")
+    guesses = [(seat, *(belief or _guess(env, agent, seat, rng))) for seat in seats]
     if len(seats) == 1:
         _, why, guess = guesses[0]
         return f"{text} {why}\n{BELIEF_MARKER} {guess}"
@@ -156,11 +161,12 @@ def _predict(env: TextGameEnv, agent: str, action: int, rng: random.Random) -> s
 
 
 def templated_response(env: TextGameEnv, agent: str, action: int, depth: int, rng: random.Random,
-                       name_legal: bool = False) -> str:
+                       name_legal: bool = False, belief: tuple[str, str] | None = None) -> str:
     """A well-formed response of `depth` for `agent` playing `action`, written only from what `agent` can see;
-    `name_legal`: in perfect-information games `<past>` (`<think>` at depth 0) ends by listing the legal moves."""
+    `name_legal`: in perfect-information games `<past>` (`<think>` at depth 0) ends by listing the legal moves;
+    `belief`: (why, guess), the belief the move was drawn from (a reader's), instead of the game's templated one."""
     name = env.action_name(action, agent)
-    past = _past(env, agent, rng, with_belief="past" in DEPTH_SECTIONS[depth], name_legal=name_legal)
+    past = _past(env, agent, rng, with_belief="past" in DEPTH_SECTIONS[depth], name_legal=name_legal, belief=belief)
     plan = _variant(_PLAN, env).format(action=name, reason=_variant(_REASONS, env))
     if depth == 0:
         return render_response(Sections(think=f"{past} {plan}", action=name), depth)
@@ -248,6 +254,7 @@ def transcripts(
     _check_player(player)
     env = games.make(game, **dict(options))
     phrasing = random.Random(seed)
+    reader = READER_TURNS.get(game) if player == "reader" else None
     examples: list[Example] = []
     for episode in range(episodes):
         env.reset(seed=seed * 1_000_003 + episode)
@@ -255,10 +262,18 @@ def transcripts(
             agent: make_opponent(player, game, seed=(seed * 1_000_003 + episode) * 16 + seat, **dict(options))
             for seat, agent in enumerate(env.possible_agents)
         }
+        # A reader draws its belief first and its move from it: one stream per game, for both draws.
+        draws = random.Random((seed * 1_000_003 + episode) * 16 + 15)
         while not env.pyspiel_state.is_terminal():
             agent = env.agent_selection
-            action = players[agent].act(env, agent)
-            response = templated_response(env, agent, action, depth, phrasing, name_legal)
+            belief = None
+            if reader is None:
+                action = players[agent].act(env, agent)
+            else:
+                why, guess, probs = reader(env, agent, draws)
+                action = draws.choices(list(probs), weights=list(probs.values()))[0]
+                belief = (why, guess)
+            response = templated_response(env, agent, action, depth, phrasing, name_legal, belief)
             examples.append((build_messages(env, agent, depth), response))
             env.step(action)
     return examples

@@ -13,7 +13,7 @@ from open_spiel.python import policy as policy_lib
 from open_spiel.python.algorithms import exploitability
 
 import games
-from games import equilibrium
+from games import equilibrium, heuristics
 from games.opponents import Opponent, make_opponent, opponent_names
 
 
@@ -56,8 +56,9 @@ def mean_return(name: str, hero: str, villain: str, deals: int, **options) -> tu
 
 def test_opponent_names_and_errors():
     assert opponent_names("kuhn_poker") == [
-        "random", "heuristic", "contrarian", "timid", "bully", "station", "equilibrium"
+        "random", "heuristic", "contrarian", "timid", "bully", "station", "reader", "equilibrium"
     ]
+    assert "reader" not in opponent_names("kuhn_poker", players=3)  # its belief is about one opponent
     assert opponent_names("leduc_poker") == ["random", "heuristic", "contrarian", "equilibrium"]
     assert opponent_names("tic_tac_toe") == ["random", "heuristic", "minimax"]
     assert opponent_names("liars_dice") == ["random", "heuristic", "contrarian", "truthful"]
@@ -188,6 +189,27 @@ def test_kuhn_station_bets_timidly_and_calls_at_random():
         card, history = int(state_key[0]), state_key[1:]
         assert dict(probs)[1] == pytest.approx(0.5 if "b" in history else (0.1, 0.25, 0.5)[card]), state_key
     assert exploitability.exploitability(game, policy) == pytest.approx(0.4417, abs=1e-3)
+
+
+def test_kuhn_reader_moves_on_its_belief_and_is_weak():
+    """By hand: believing a card below its own it bets (or calls) 0.9 * 1/2 + 0.1/2 = 1/2, otherwise 0.1/2 = 1/20;
+    its belief is either card it does not hold at even chance, so the King bets 1/2, the Queen (1/2 + 1/20) / 2 =
+    0.275 and the Jack 1/20 at every information set. OpenSpiel scores it 0.368 exploitable, more than always betting
+    (1/3)."""
+    game, policy = tabular_policy("kuhn_poker", make_opponent("reader", "kuhn_poker"))
+    for state_key, probs in policy.to_dict().items():
+        assert dict(probs)[1] == pytest.approx((0.05, 0.275, 0.5)[int(state_key[0])]), state_key
+    assert exploitability.exploitability(game, policy) == pytest.approx(0.3684, abs=1e-3)
+    env = games.make("kuhn_poker")
+    env.reset(seed=0)
+    agent = env.agent_selection
+    own = env.card(agent)
+    draws = [heuristics.kuhn_poker_reader_turn(env, agent, random.Random(seed))[1:] for seed in range(40)]
+    names = ("Jack", "Queen", "King")
+    # Each belief names a card one does not hold, and the move's probabilities are those of that belief.
+    assert {belief for belief, _ in draws} == {name for card, name in enumerate(names) if card != own}
+    for belief, probs in draws:
+        assert probs[1] == pytest.approx(0.5 if names.index(belief) < own else 0.05)
 
 
 def _liars_dice_deals():

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -113,6 +114,26 @@ def test_the_belief_does_not_know_the_hidden_card_better_than_chance(monkeypatch
         hits.append(opponent_card.lower() in past.lower())
     # The opponent holds one of the two cards we do not: a guess blind to it is right half the time.
     assert 0.4 <= sum(hits) / len(hits) <= 0.6
+
+
+def test_a_readers_move_follows_the_belief_written_before_it() -> None:
+    # The reader believes either card it does not hold at even chance and bets (or calls) half the time when its own
+    # card beats the belief, one time in twenty otherwise: with the Queen, its bets depend on the belief it wrote.
+    examples = transcripts(GAME, 1, 600, seed=0, player="reader")
+    bets: dict[str, list[bool]] = {"jack": [], "king": []}
+    for messages, response in examples:
+        sections = parse_response(response, 1).sections
+        (believed,) = card_values(belief_text(sections.past))
+        own = re.search(r"You hold the (\w+)", messages[-1]["content"]).group(1).lower()
+        assert believed != own
+        if own == "queen":
+            bets[believed].append(sections.action == "bet")
+    assert min(len(v) for v in bets.values()) > 150
+    assert sum(bets["jack"]) / len(bets["jack"]) == pytest.approx(0.5, abs=0.1)
+    assert sum(bets["king"]) / len(bets["king"]) == pytest.approx(0.05, abs=0.04)
+    with pytest.raises(ValueError, match="not available"):
+        warmstart.warm_start_examples(GAME, WarmStartSettings(player="reader", episodes=1,
+                                                              game_options=(("players", 3),)))
 
 
 def _env_at(game: str, chance_and_moves: list[int]) -> games.TextGameEnv:
