@@ -257,9 +257,19 @@ def load_summary(path: Path) -> RunSummary:
 
 
 def load_summaries(folder: Path) -> list[RunSummary]:
-    """Every summary under `folder`, ordered by section, config and seed."""
-    found = [load_summary(p) for p in sorted(Path(folder).rglob("*.json"))]
-    return sorted(found, key=lambda s: (s.section, s.config, s.seed, s.date))
+    """Every summary under `folder`, ordered by section, config and seed. JSON files that are not run summaries (no
+    `section`: a `strat eval` report kept beside them, such as docs/results/two_policies/*/eval.json) are passed
+    over; a summary of another version is refused."""
+    paths = [p for p in sorted(Path(folder).rglob("*.json")) if _is_summary(p)]
+    return sorted((load_summary(p) for p in paths), key=lambda s: (s.section, s.config, s.seed, s.date))
+
+
+def _is_summary(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: not JSON ({err})") from None
+    return isinstance(data, dict) and "section" in data
 
 
 # --- tables ---------------------------------------------------------------------------------------------------------

@@ -101,6 +101,9 @@ def test_the_games_section_and_its_summary_row(tmp_path: Path) -> None:
     folder = tmp_path / "results"
     for seed, win in ((0, 0.5), (1, 0.6), (2, 0.4)):
         write_summary(summarize_run(_run_dir(tmp_path, seed, win), "games"), folder / f"leduc-seed{seed}.json")
+    # A `strat eval` report kept among the summaries is not one, and is passed over.
+    (folder / "two_policies" / "final-seed0").mkdir(parents=True)
+    (folder / "two_policies" / "final-seed0" / "eval.json").write_text(json.dumps({"policy": "x", "opponents": []}))
     summaries = load_summaries(folder)
     assert [s.seed for s in summaries] == [0, 1, 2]
     reference = Reference("heuristic", random=-2.0, heuristic=0.0)
