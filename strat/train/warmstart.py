@@ -171,8 +171,11 @@ def templated_response(env: TextGameEnv, agent: str, action: int, depth: int, rn
     if depth == 0:
         return render_response(Sections(think=f"{past} {plan}", action=name), depth)
     # The move is first named in <their_view> (depth 2) or <plan> (depth 1); restating one's own private information
-    # and the others' latest move right before it keeps what the move depends on next to it.
+    # and the others' latest move right before it keeps what the move depends on next to it: with a belief the move
+    # was drawn from, that belief too.
     situation = _situation(env, agent)
+    if belief is not None and situation:
+        situation += f"{BELIEF_RESTATED.format(guess=belief[1])} "
     their_view = None
     if depth >= 2:
         their_view = situation + _variant(_VIEW, env).format(move=name, reading=env.move_reading(agent, action))
@@ -183,6 +186,9 @@ def templated_response(env: TextGameEnv, agent: str, action: int, depth: int, rn
         depth,
     )
 
+
+BELIEF_RESTATED = "I take them for the {guess}."
+"""The belief a reader's move was drawn from, restated right before the move is named."""
 
 FIRST_NAMED_IN = {0: "think", 1: "plan", 2: "their_view"}
 """The section where `templated_response` first names the move at each depth."""
