@@ -127,7 +127,7 @@ def test_a_readers_move_follows_the_belief_written_before_it() -> None:
         own = re.search(r"You hold the (\w+)", messages[-1]["content"]).group(1).lower()
         assert believed != own
         # The belief is restated right before the move is named, as one's own card is.
-        assert f"I take them for the {believed.capitalize()}. I " in sections.plan
+        assert f"I take them for the {believed.capitalize()}. " in sections.plan
         if own == "queen":
             bets[believed].append(sections.action == "bet")
     assert min(len(v) for v in bets.values()) > 150
