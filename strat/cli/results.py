@@ -10,6 +10,7 @@ import typer
 from strat.eval.summaries import (
     ABLATION,
     NO_RUNS,
+    RunSummary,
     ablation_section,
     game_label,
     games_section,
@@ -52,10 +53,11 @@ def table(
     reference_games: Annotated[int, typer.Option(help="Games per scripted reference return.")] = 20_000,
 ) -> None:
     """Rewrite docs/results.md's generated sections (games, ablation) from the summaries, each between its own
-    markers (hand-written text is kept)."""
-    summaries = load_summaries(results)
-    games = [s for s in summaries if s.section == "games"]
-    ablation = [s for s in summaries if s.section == ABLATION]
+    markers (hand-written text is kept). Each section reads its own folder, `<results>/games/` and
+    `<results>/ablation/`: other folders hold the summaries of separate reports (issue 38's scoring arms, the league,
+    the constrained move), whose runs on other settings must not pool into these tables."""
+    games = [s for s in _summaries_in(results / "games") if s.section == "games"]
+    ablation = [s for s in _summaries_in(results / ABLATION) if s.section == ABLATION]
     references = {}
     for summary in games:
         label = game_label(summary)
@@ -66,3 +68,8 @@ def table(
     text = replace_section(text, ABLATION, ablation_section(ablation) if ablation else NO_RUNS)
     doc.write_text(text)
     typer.echo(f"{doc}: games section from {len(games)} summaries, ablation section from {len(ablation)}")
+
+
+def _summaries_in(folder: Path) -> list[RunSummary]:
+    """The summaries under `folder`, none where it does not exist."""
+    return load_summaries(folder) if folder.is_dir() else []

@@ -297,6 +297,9 @@ def test_the_table_command_writes_both_sections_between_their_markers(tmp_path: 
     write_summary(summarize_run(_run_dir(tmp_path, 0, 0.5), "games"), folder / "games" / "leduc-seed0.json")
     for run in _ablation_runs():
         write_summary(run, folder / "ablation" / f"kuhn-{run.arm}-seed{run.seed}.json")
+        # A separate report's summaries (another folder, other settings) are not pooled into the ablation table.
+        other = dataclasses.replace(run, arm=f"elsewhere-{run.arm}")
+        write_summary(other, folder / "scoring" / f"kuhn-{run.arm}-seed{run.seed}.json")
     doc = tmp_path / "results.md"
     doc.write_text("# Learning results\n\nabove\n\n<!-- results:games:start -->\nold games\n<!-- results:games:end -->\n"
                    "\nbetween\n\n<!-- results:ablation:start -->\nold ablation\n<!-- results:ablation:end -->\n\nbelow\n")
@@ -310,7 +313,7 @@ def test_the_table_command_writes_both_sections_between_their_markers(tmp_path: 
     ablation, tail = rest.split("<!-- results:ablation:end -->")
     assert head == "# Learning results\n\nabove\n\n" and middle == "\n\nbetween\n\n" and tail == "\n\nbelow\n"
     assert "### leduc_poker" in games and "| hybrid |" not in games
-    assert "| hybrid | 3 |" in ablation and "leduc" not in ablation
+    assert "| hybrid | 3 |" in ablation and "leduc" not in ablation and "elsewhere" not in ablation
     assert cli.main(command) == 0 and doc.read_text() == text
 
 
