@@ -25,7 +25,7 @@ def test_random_on_kuhn(tmp_path: Path) -> None:
     assert exploitability["value"] == pytest.approx(0.4583, abs=1e-4) and exploitability["exact"]
     assert exploitability["ci_low"] == exploitability["ci_high"] == exploitability["value"]
     assert [m["opponent"] for m in data["matches"]] == [
-        "random", "heuristic", "contrarian", "timid", "bully", "station", "equilibrium"
+        "random", "heuristic", "contrarian", "timid", "bully", "station", "reader", "equilibrium"
     ]
     match = data["matches"][1]
     assert match["games"] == 20 and len(match["seat_returns"]) == 2
@@ -95,7 +95,7 @@ def test_output_is_deterministic(tmp_path: Path) -> None:
         (dict(policy="random", game="chess"), "unknown game"),
         (dict(policy="random"), "needs --game"),
         (dict(policy="minimax", game="kuhn_poker"),
-         "scripted: random, heuristic, contrarian, timid, bully, station, equilibrium"),
+         "scripted: random, heuristic, contrarian, timid, bully, station, reader, equilibrium"),
         (dict(policy="random", game="kuhn_poker", opponents=["random,minimax"]), "--opponents: minimax"),
         (dict(game="kuhn_poker"), "needs --policy"),
         (dict(game="kuhn_poker", head_to_head_policies=["random"]), "at least two"),
