@@ -204,6 +204,11 @@ def kuhn_poker_station(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
     return kuhn_poker_timid(env, agent)
 
 
+def _other_cards(env: KuhnPokerEnv, agent: str) -> list[int]:
+    """The cards `agent` does not hold, lowest first."""
+    return [card for card in range(env.spec.num_players + 1) if card != env.card(agent)]
+
+
 READER_NOISE = 0.1
 """How often the reader plays a uniformly random legal move instead of acting on its belief."""
 
@@ -223,8 +228,7 @@ def kuhn_poker_reader(env: KuhnPokerEnv, agent: str) -> dict[int, float]:
     (0.275), and with the Jack one time in twenty (0.368 exploitable, against always betting's 1/3). The warm start
     draws the belief first and writes it into the response, so that the move it imitates depends on the belief
     written before it."""
-    others = [card for card in range(env.spec.num_players + 1) if card != env.card(agent)]
-    moves = [kuhn_poker_reader_move(env, agent, card) for card in others]
+    moves = [kuhn_poker_reader_move(env, agent, card) for card in _other_cards(env, agent)]
     return {action: sum(move[action] for move in moves) / len(moves) for action in (PASS, BET)}
 
 
@@ -233,11 +237,11 @@ READER: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
 }
 """Weak players whose moves follow a belief about the opponent's private information (two-player games)."""
 
+
 def kuhn_poker_reader_turn(env: KuhnPokerEnv, agent: str, rng: random.Random) -> tuple[str, str, dict[int, float]]:
     """One of the reader's turns with its belief drawn first: (why, the believed card's name, the move's
     probabilities given that belief). Marginalised over the draw, the move is `kuhn_poker_reader`'s."""
-    others = [card for card in range(env.spec.num_players + 1) if card != env.card(agent)]
-    believed = rng.choice(others)
+    believed = rng.choice(_other_cards(env, agent))
     why = "The cards alone leave either of the other two, so I take one."
     return why, rank_names(env.spec.num_players + 1)[believed], kuhn_poker_reader_move(env, agent, believed)
 

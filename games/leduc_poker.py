@@ -138,9 +138,9 @@ class LeducPokerEnv(OpenSpielEnv):
             evidence = "They have not acted yet"
         found = posterior(self, agent, self.possible_agents[seat], sensible_model)
         top = max(found.probabilities.values())
-        likeliest = [value for value, p in found.probabilities.items() if p >= top - 1e-12]
-        guess = rng.choice(sorted(likeliest, key=[rank.lower() for rank in ranks].index))
-        return f"{evidence}, and I count the cards I can see.", ranks[[rank.lower() for rank in ranks].index(guess)]
+        names = [rank.lower() for rank in ranks]  # the posterior names a card as `belief_values` reads it
+        likeliest = sorted((names.index(value) for value, p in found.probabilities.items() if p >= top - 1e-12))
+        return f"{evidence}, and I count the cards I can see.", ranks[rng.choice(likeliest)]
 
     def move_reading(self, agent: str, action: int) -> str:
         return {"raise": "they may take it for a strong hand", "call": "they may take it for a middling hand"}.get(
