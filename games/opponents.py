@@ -86,6 +86,18 @@ def opponent_names(game: str, **options: int | float | str | bool) -> list[str]:
             and (name != "reader" or two_players)]
 
 
+REFERENCE_PLAYERS = ("random", "heuristic", "equilibrium", "minimax")
+"""The players an evaluation measures against by default: uniform random and the references a game has (its
+heuristic player, its equilibrium, minimax). The weak players (contrarian, timid, bully, station, reader, truthful)
+exist to be imitated by a warm start or trained against; they are played when named."""
+
+
+def reference_opponents(game: str, **options: int | float | str | bool) -> list[str]:
+    """Those of `REFERENCE_PLAYERS` available for `game` with its `options`, in that order."""
+    allowed = opponent_names(game, **options)
+    return [name for name in REFERENCE_PLAYERS if name in allowed]
+
+
 def make_opponent(
     name: str, game: str, seed: int = 0, **options: int | float | str | bool
 ) -> Opponent:

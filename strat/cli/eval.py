@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from games.opponents import opponent_names
+from games.opponents import opponent_names, reference_opponents
 from strat.cli.app import game_options
 from strat.errors import ConfigError
 
@@ -67,7 +67,9 @@ def eval_command(
     game: Annotated[str | None, typer.Option(help="Game (default: the checkpoint's run's game).")] = None,
     opponents: Annotated[
         list[str] | None,
-        typer.Option(help="Scripted opponents, repeated or comma-separated (default: all for the game)."),
+        typer.Option(help="Scripted opponents, repeated or comma-separated (default: random and the game's references:"
+                     " heuristic, equilibrium, minimax, where it has them; the weak players a warm start imitates"
+                     " are played when named)."),
     ] = None,
     games_per_opponent: Annotated[
         int, typer.Option("--games", min=1, help="Games per opponent (or pair), rounded up to whole seat rotations.")
@@ -165,7 +167,7 @@ def _evaluate(specs: list[str], head: bool, out: Path | None, game: str | None, 
             report, shown = head_to_head(loaded, games_per_opponent, seed, bootstrap, transcripts, samples)
         else:
             allowed = opponent_names(first.game, **first.game_options)
-            chosen = opponents or allowed
+            chosen = opponents or reference_opponents(first.game, **first.game_options)
             unknown = [name for name in chosen if name not in allowed]
             if unknown:
                 raise ConfigError(

@@ -14,7 +14,7 @@ from open_spiel.python.algorithms import exploitability
 
 import games
 from games import equilibrium, heuristics
-from games.opponents import Opponent, make_opponent, opponent_names
+from games.opponents import Opponent, make_opponent, opponent_names, reference_opponents
 
 
 def tabular_policy(
@@ -64,6 +64,12 @@ def test_opponent_names_and_errors():
     assert opponent_names("liars_dice") == ["random", "heuristic", "contrarian", "truthful"]
     for name in ("bargaining", "connect_four"):
         assert opponent_names(name) == ["random", "heuristic"]
+    # An evaluation's default: random and the references, not the weak players a warm start imitates.
+    assert reference_opponents("kuhn_poker") == ["random", "heuristic", "equilibrium"]
+    assert reference_opponents("kuhn_poker", players=3) == ["random", "heuristic", "equilibrium"]
+    assert reference_opponents("leduc_poker") == ["random", "heuristic", "equilibrium"]
+    assert reference_opponents("tic_tac_toe") == ["random", "heuristic", "minimax"]
+    assert reference_opponents("liars_dice") == ["random", "heuristic"]
     with pytest.raises(ValueError, match="'minimax' is not available.*kuhn_poker"):
         make_opponent("minimax", "kuhn_poker")
     with pytest.raises(ValueError, match="unknown opponent 'genius'.*random"):
