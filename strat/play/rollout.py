@@ -19,7 +19,7 @@ from strat.algorithm.records import Episode, Turn
 from strat.algorithm.targets import SCRIPTED, Sampler, TargetEstimator, TargetSettings
 from strat.config import OpponentConfig
 from strat.engines.base import Generation, SamplingParams
-from strat.play.exploiter import EXPLOITER, Exploiter
+from strat.play.exploiter import EXPLOITER, MoveTable, exploiter_opponent
 
 Generate = Callable[[list[list[int]], SamplingParams], list[Generation]]
 """A policy: token-id prompts and sampling params in, one generation per prompt out."""
@@ -204,10 +204,6 @@ class RolloutRunner:
         self.fixed: dict[str, LLMPlayer] = dict(fixed or {})
         """The job's fixed policies by name (`{kind: policy, name: ...}` opponents), each with its own encoding,
         engine and reasoning format."""
-        exploiters = [opponent for opponent in settings.opponents if opponent.kind == EXPLOITER]
-        self.exploiter = (Exploiter(settings.game, settings.game_options, exploiters[0].exploiter_keep)
-                          if exploiters else None)
-        """The best response to the policy's recent moves (`{kind: exploiter}`), learning from each rollout."""
 
     def players(self) -> dict[str, LLMPlayer]:
         """Every LLM player of the rollout by key: the trained policy, the snapshot (and the league, which plays on
@@ -222,14 +218,17 @@ class RolloutRunner:
             players[policy_seat(name)] = player
         return players
 
-    def run(self, plans: Sequence[GroupPlan], sampling_seed: int) -> list[Episode]:
+    def run(self, plans: Sequence[GroupPlan], sampling_seed: int, exploited: MoveTable | None = None) -> list[Episode]:
         """Play `group_size` games per plan; every round batches all pending LLM decisions. With score targets
-        asked for, they are estimated at the end, on the same weights (`strat.algorithm.targets`)."""
+        asked for, they are estimated at the end, on the same weights (`strat.algorithm.targets`). An exploiter
+        (`{kind: exploiter}`) plays the best response to `exploited`, the policy's moves as the driver has counted
+        them (`strat.play.exploiter.Exploiter`); none given: to a uniform player."""
+        answer = (exploiter_opponent(self.settings.game, self.settings.game_options, exploited or {})
+                  if any(plan.opponent.kind == EXPLOITER for plan in plans) else None)
         players = self.players()
-        exploiter = {EXPLOITER: self.exploiter.opponent()} if self.exploiter is not None else {}
-        episodes = play_games([game for plan in plans for game in self._start_group(plan)], players, sampling_seed)
-        if self.exploiter is not None:
-            self.exploiter.observe(episodes)
+        exploiter = {EXPLOITER: answer} if answer is not None else {}
+        episodes = play_games([game for plan in plans for game in self._start_group(plan, answer)], players,
+                              sampling_seed)
         if not self.settings.targets.wanted:
             return episodes
         estimator = TargetEstimator(self.settings.targets, self.settings.game_options, self._samplers(players),
@@ -268,7 +267,7 @@ class RolloutRunner:
             valid.append([decision.valid for decision in decisions])
         return SampledMoves(actions, valid)
 
-    def _start_group(self, plan: GroupPlan) -> list[LiveGame]:
+    def _start_group(self, plan: GroupPlan, exploiter: Opponent | None = None) -> list[LiveGame]:
         settings = self.settings
         started = []
         for member in range(settings.group_size):
@@ -285,9 +284,9 @@ class RolloutRunner:
                 )
                 scripted = {agent: opponent for agent in agents if agent not in ego}
             elif plan.opponent.kind == EXPLOITER:
-                if self.exploiter is None:
-                    raise ValueError(f"{plan.group_id}: an exploiter opponent, and none in this rollout's settings")
-                scripted = {agent: self.exploiter.opponent() for agent in agents if agent not in ego}
+                if exploiter is None:
+                    raise ValueError(f"{plan.group_id}: an exploiter opponent, and no best response to play")
+                scripted = {agent: exploiter for agent in agents if agent not in ego}
             other = {"snapshot": "snapshot", "league": LEAGUE_SEAT,
                      "policy": policy_seat(plan.opponent.name or "")}.get(plan.opponent.kind, "policy")
             if other.startswith(POLICY_SEAT) and plan.opponent.name not in self.fixed:

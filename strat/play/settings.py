@@ -9,6 +9,7 @@ from __future__ import annotations
 from strat.algorithm.targets import TargetSettings
 from strat.config import ExperimentConfig
 from strat.engines import EngineSettings
+from strat.play.exploiter import EXPLOITER, Exploiter
 from strat.play.rollout import RolloutSettings
 
 
@@ -56,3 +57,9 @@ def engine_settings(config: ExperimentConfig) -> EngineSettings:
         constrain_action=config.reasoning.constrain_action,
         device=config.engine.device,
     )
+
+
+def new_exploiter(config: ExperimentConfig) -> Exploiter | None:
+    """The exploiter's empty count of the policy's moves, where `game.opponents` has an exploiter."""
+    found = [opponent for opponent in config.game.opponents if opponent.kind == EXPLOITER]
+    return Exploiter(config.game.name, dict(config.game.options), found[0].exploiter_keep) if found else None

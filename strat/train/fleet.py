@@ -34,6 +34,7 @@ from strat.config import (
 )
 from strat.errors import ConfigError, PlacementError, RunAborted
 from strat.model import checkpoint
+from strat.play.exploiter import MoveTable
 from strat.play.rollout import GroupPlan
 from strat.play.settings import engine_settings, rollout_settings
 from strat.sync.fingerprint import WeightsTag
@@ -86,7 +87,8 @@ class Share:
     sampling_seed: int
     future: Any
     weights: Any
-
+    exploited: MoveTable | None = None
+    """The policy's counted moves its exploiter answers (`{kind: exploiter}`), kept to play the share again."""
 
 def actor_died(err: BaseException) -> bool:
     """Whether a Ray error means an actor died (also when the death surfaced inside another task)."""
@@ -278,10 +280,12 @@ class Fleet:
                 raise
         return False
 
-    def launch(self, worker: int, plans: list[GroupPlan], sampling_seed: int) -> Share:
-        """Start rollout worker `worker` on `plans`."""
+    def launch(self, worker: int, plans: list[GroupPlan], sampling_seed: int,
+               exploited: MoveTable | None = None) -> Share:
+        """Start rollout worker `worker` on `plans` (an exploiter among them answering `exploited`)."""
         weights = self.agents[worker % len(self.agents)].weights.remote()
-        return Share(worker, plans, sampling_seed, self.workers[worker].run.remote(plans, sampling_seed), weights)
+        return Share(worker, plans, sampling_seed, self.workers[worker].run.remote(plans, sampling_seed, exploited),
+                     weights, exploited)
 
     def gather(self, shares: list[Share], where: str) -> tuple[list[Episode], tuple[WeightsTag, ...]]:
         """The episodes of `shares` in worker order, and the distinct weights they ran on; a share whose worker or
@@ -300,7 +304,7 @@ class Fleet:
             if not failed:
                 break
             self.recover(where, error)
-            shares = [self.launch(s.worker, s.plans, s.sampling_seed) for s in failed]
+            shares = [self.launch(s.worker, s.plans, s.sampling_seed, s.exploited) for s in failed]
         ordered = [done[worker] for worker in sorted(done)]
         return [episode for episodes, _ in ordered for episode in episodes], tuple(dict.fromkeys(t for _, t in ordered))
 

@@ -12,6 +12,7 @@ from strat.algorithm.records import Episode
 from strat.engines import Generation, SamplingParams
 from strat.engines.base import chat_prompt_ids
 from strat.eval.exploitability import ExploitabilityEstimate, estimate_exploitability
+from strat.play.exploiter import MoveTable
 from strat.play.rollout import GroupPlan, LLMPlayer, RolloutRunner, RolloutSettings, VersusGames, evaluate_vs
 from strat.train.fixed_policies import FixedPolicy
 from strat.train.token_offsets import TokenOffsets
@@ -58,8 +59,9 @@ class RolloutWorker:
             policy = self._fixed[name]
             self.runner.fixed[name] = LLMPlayer(policy.settings, self._fixed_encoders[name], _remote(handle))
 
-    def run(self, plans: list[GroupPlan], sampling_seed: int) -> list[Episode]:
-        return self.runner.run(plans, sampling_seed)
+    def run(self, plans: list[GroupPlan], sampling_seed: int, exploited: MoveTable | None = None) -> list[Episode]:
+        """`plans` played (an exploiter answering `exploited`, the driver's count of the policy's moves)."""
+        return self.runner.run(plans, sampling_seed, exploited)
 
     def play_vs(self, opponent: str, num_games: int, seed: int) -> VersusGames:
         """The policy's game returns, wins and draws against a scripted opponent or a fixed policy (`policy:<name>`),

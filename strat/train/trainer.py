@@ -42,8 +42,9 @@ from strat.eval.stats import mean_interval
 from strat.faults import injected_steps
 from strat.metrics import EpisodeLedger, MetricsLog, PhaseTimer, truncate_after
 from strat.model import checkpoint
+from strat.play.exploiter import LOOP_STATE_KEY as EXPLOITER_STATE_KEY
 from strat.play.rollout import POLICY_SEAT, derive_seed, plan_groups, policy_seat
-from strat.play.settings import rollout_settings, target_settings
+from strat.play.settings import new_exploiter, rollout_settings, target_settings
 from strat.sync.fingerprint import WeightsTag
 from strat.train import stages
 from strat.train.context_check import check_context, context_summary
@@ -150,6 +151,9 @@ class Trainer:
         """The league opponent (`{kind: league}`), once the actors are started."""
         self.cotrained: CoTrainedPolicies | None = None
         """The policies co-trained beside the first (`policies` with `train: true`), once the actors are started."""
+        self.exploiter = new_exploiter(config)
+        """The exploiter's count of the policy's moves (`{kind: exploiter}`): observed from every worker's games of a
+        step, sent with the next rollout, checkpointed with the loop state."""
         self._pending: tuple[int, list[Share], float] | None = None
         """The rollout in flight: (its step, each worker's share, when it was launched)."""
         self._ready: Rollout | None = None
@@ -341,6 +345,8 @@ class Trainer:
                                 snapshot_agent=self.league is None)
         if self.league is not None:
             self.league.restore(loop_state.get(LOOP_STATE_KEY))
+        if self.exploiter is not None:
+            self._restore_exploiter(loop_state.get(EXPLOITER_STATE_KEY))
         if self.cotrained:
             self.cotrained.restore(latest.step)
         if checkpoint.NEXT_ROLLOUT in loop_state:
@@ -348,6 +354,16 @@ class Trainer:
             self._ready = rollout_from_json(loop_state[checkpoint.NEXT_ROLLOUT])
         log.info("resumed from %s (step %d)", latest.path, latest.step)
         return latest.step
+
+    def _restore_exploiter(self, saved: dict[str, Any] | None) -> None:
+        """The exploiter's counts as checkpointed; a checkpoint written before they were saved starts them afresh."""
+        assert self.exploiter is not None
+        if saved is None:
+            log.warning("the checkpoint holds no exploiter counts (written before they were checkpointed): the"
+                        " exploiter starts afresh, answering a uniform player until the next rollout")
+            return
+        self.exploiter.restore(saved)
+        log.info("exploiter restored: counts at %d information states", len(self.exploiter.counts))
 
     def _stored_rehearsal(self) -> list[TrainSample] | None:
         """On resume with DPH-RL, the rehearsal samples stored at the run's start (checked before any actor starts)."""
@@ -437,9 +453,10 @@ class Trainer:
             self.league.prepare(step)  # the member that plays this step, loaded before any game starts
         per_worker = self.fleet.split(config.algorithm.groups_per_step)
         settings = rollout_settings(config)
+        exploited = self.exploiter.table() if self.exploiter is not None else None
         shares = [
             self.fleet.launch(index, plan_groups(settings, config.run.seed, step, index, count),
-                               derive_seed(config.run.seed, step, index, "sampling"))
+                               derive_seed(config.run.seed, step, index, "sampling"), exploited)
             for index, count in enumerate(per_worker) if count > 0
         ]
         self._pending = (step, shares, time.perf_counter())
@@ -478,9 +495,10 @@ class Trainer:
             flat = zero_spread_group_ids(episodes, config.algorithm.penalty_scope)
             if not flat:
                 break
+            exploited = self.exploiter.table() if self.exploiter is not None else None
             shares = [
                 self.fleet.launch(index, plan_groups(settings, config.run.seed, step, index, count, round_index),
-                                   derive_seed(config.run.seed, step, index, "resample", round_index))
+                                   derive_seed(config.run.seed, step, index, "resample", round_index), exploited)
                 for index, count in enumerate(self.fleet.split(len(flat))) if count > 0
             ]
             fresh, round_weights = self.fleet.gather(shares, f"step {step} resampling")
@@ -555,6 +573,8 @@ class Trainer:
             episodes, extra, resampling = self._resample_zero_spread(step, episodes)
             weights.extend(extra)
         self.ledger.write(step, episodes, list(dict.fromkeys(weights)))
+        if self.exploiter is not None:  # before the next rollout is launched: it plays the updated best response
+            self.exploiter.observe(episodes)
         return rollout, episodes, resampling
 
     def _start_next_rollout(self, step: int, timer: PhaseTimer) -> None:
@@ -632,6 +652,8 @@ class Trainer:
                                       "snapshot_step": self.fleet.sync.snapshot_step}
         if self.league is not None:
             loop_state[LOOP_STATE_KEY] = self.league.state()
+        if self.exploiter is not None:
+            loop_state[EXPLOITER_STATE_KEY] = self.exploiter.to_json()
         if self._ready is not None and self._ready.step == step + 1:
             loop_state[checkpoint.NEXT_ROLLOUT] = rollout_to_json(self._ready)
         try:
