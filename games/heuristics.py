@@ -260,12 +260,28 @@ CONTRARIAN: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
 """Deliberately weak players that read their cards (or die) the wrong way round: a warm start that imitates them
 learns to act on its private information (the pathway RL needs) without any of the strategy."""
 
+def liars_dice_timid(env: LiarsDiceEnv, agent: str) -> dict[int, float]:
+    """A timid opener: half the time it opens with the lowest bid on a face it holds (a wild six bids sixes), and
+    otherwise, and in every later turn, it plays as the random player does (uniform over the legal bids and "liar").
+    Its opening reads its die the right way round (P(own face) 0.5 + 0.5 x 2/12 against 0.5 x 2/12 for another face
+    in the one-die game: a margin of 0.5); nothing else it does reads anything."""
+    legal, dice = env.legal_actions(agent), env.dice(agent)
+    if env.current_bid() is not None:
+        return _uniform(legal)
+    own = [a for a in legal if a != env.liar_action and env.bid(a)[1] in dice]
+    lowest = min(env.bid(a)[0] for a in own)
+    return _lean_set([a for a in own if env.bid(a)[0] == lowest], legal)
+
+
 TIMID: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
     "kuhn_poker": kuhn_poker_timid,
+    "liars_dice": liars_dice_timid,
 }
-"""Weak players that rank their cards correctly but bet and call far too rarely (hardly ever bluff, fold the middle
-card to most bets, slow-play the best one): a warm start that imitates them acts on its card the right way round
-and leaves RL the strategy (how often to bet, bluff and call)."""
+"""Weak players that read their private information the right way round and press nothing. Kuhn's ranks its cards
+correctly but bets and calls far too rarely (hardly ever bluffs, folds the middle card to most bets, slow-plays the
+best one): a warm start that imitates it acts on its card the right way round and leaves RL the strategy (how often to
+bet, bluff and call). Liar's dice's opens on its own face half the time and plays at random after: a warm start that
+imitates it has a move that depends on its die."""
 
 BULLY: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
     "kuhn_poker": kuhn_poker_bully,

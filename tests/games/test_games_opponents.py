@@ -61,7 +61,7 @@ def test_opponent_names_and_errors():
     assert "reader" not in opponent_names("kuhn_poker", players=3)  # its belief is about one opponent
     assert opponent_names("leduc_poker") == ["random", "heuristic", "contrarian", "equilibrium"]
     assert opponent_names("tic_tac_toe") == ["random", "heuristic", "minimax"]
-    assert opponent_names("liars_dice") == ["random", "heuristic", "contrarian", "truthful"]
+    assert opponent_names("liars_dice") == ["random", "heuristic", "contrarian", "timid", "truthful"]
     for name in ("bargaining", "connect_four"):
         assert opponent_names(name) == ["random", "heuristic"]
     # An evaluation's default: random and the references, not the weak players a warm start imitates.
@@ -265,6 +265,38 @@ def test_liars_dice_truthful_bids_only_what_its_die_shows():
             total += env.returns()[f"player_{seat}"]
         totals.append(total)
     assert totals == [2.0, -6.0]
+
+
+def test_liars_dice_timid_opens_on_its_die_and_plays_at_random_after():
+    """By hand, holding a three: half the time "bid 1 three", else uniform over the 12 opening bids; a wild six bids
+    sixes. So over the 36 deals its opening margin (P(own face) minus P(another face), as the perception probe
+    counts it) is 0.5 exactly. Every later turn is uniform. It is weak: against the heuristic player it scores between
+    the random player and the truthful bidder, both outside the intervals."""
+    timid = make_opponent("timid", "liars_dice")
+    deals = _liars_dice_deals()
+    env = games.make("liars_dice")
+    env.reset(seed=deals[(3, 5)])
+    names = env.all_action_names()
+    opening = {names[a]: p for a, p in timid.action_probs(env, "player_0").items()}
+    assert len(opening) == 12 and opening["bid 1 three"] == pytest.approx(0.5 + 0.5 / 12)
+    assert all(p == pytest.approx(0.5 / 12) for name, p in opening.items() if name != "bid 1 three")
+    env.step(names.index("bid 1 five"))
+    reply = timid.action_probs(env, "player_1")
+    assert len(reply) > 2 and len(set(reply.values())) == 1  # uniform over the bids above and "liar"
+    for (die_0, _), seed in deals.items():
+        env = games.make("liars_dice")
+        env.reset(seed=seed)
+        by_face: dict[int, float] = {}
+        for action, p in timid.action_probs(env, "player_0").items():
+            face = env.bid(action)[1]
+            by_face[face] = by_face.get(face, 0.0) + p
+        others = [p for face, p in by_face.items() if face != die_0]
+        assert by_face[die_0] - statistics.fmean(others) == pytest.approx(0.5)
+    mean, error = mean_return("liars_dice", "timid", "heuristic", 2000)
+    for other in ("random", "truthful"):
+        baseline, baseline_error = mean_return("liars_dice", other, "heuristic", 2000)
+        gap = 1.96 * math.hypot(error, baseline_error)
+        assert (mean > baseline + gap) if other == "random" else (mean < baseline - gap), (other, mean, baseline)
 
 
 def test_liars_dice_contrarian_reads_its_die_the_wrong_way_round():
