@@ -244,22 +244,16 @@ def test_a_resumed_run_has_the_league_of_an_uninterrupted_one(local_ray, tmp_pat
     """Two members, one more every step, drawn by PFSP: stopped after step 2 and resumed, the run draws the same
     members, counts the same games and logs the same figures as the run that was never stopped; at the end only the
     league's members' weights are left on disk."""
-    from strat.train.trainer import Trainer
-    from tests.train.test_ray_training import SMALL, _comparable
+    from tests.train.test_ray_training import SMALL, _comparable, straight_and_resumed
 
     common = [f"model.path={warm_model_dir}", *SMALL, "engine.backend=hf", "schedule.max_staleness=0",
               "schedule.checkpoint_every=1", "schedule.eval_every=0", "warm_start.enabled=false",
               "game.opponents=[{kind: self, weight: 1}, {kind: league, size: 2, sampling: pfsp, weight: 3}]",
               "schedule.snapshot_every=1", "algorithm.lr=0.003", "algorithm.groups_per_step=4",
               "reasoning.max_new_tokens=160"]
-    straight = load_config(DEFAULT, [*common, f"run.output_dir={tmp_path / 'a'}", "schedule.steps=3"])
-    Trainer(straight, straight.run_dir).run()
-    first = load_config(DEFAULT, [*common, f"run.output_dir={tmp_path / 'b'}", "schedule.steps=2"])
-    Trainer(first, first.run_dir).run()
-    resumed = load_config(first.run_dir / "config.yaml", ["schedule.steps=3"])
-    Trainer(resumed, first.run_dir, resume=True).run()
+    straight_dir, resumed_dir = straight_and_resumed(tmp_path, common, stop=2, steps=3)
 
-    a, b = metrics.read(straight.run_dir), metrics.read(first.run_dir)
+    a, b = metrics.read(straight_dir), metrics.read(resumed_dir)
     assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2, 3]
     # Members join after each step's update: step 1 plays the initial policy, step 2 one of steps 0-1, and so on.
     assert a[0]["league/member_step"] == 0.0 and a[1]["league/member_step"] in (0.0, 1.0)
@@ -267,5 +261,5 @@ def test_a_resumed_run_has_the_league_of_an_uninterrupted_one(local_ray, tmp_pat
     assert sum(r["league/games"] for r in a) > 0
     assert any(r.get("learn/grad_norm", 0) > 0 for r in a), "the run must learn for this test to mean anything"
     assert _comparable(a) == _comparable(b)
-    for run in (straight.run_dir, first.run_dir):
+    for run in (straight_dir, resumed_dir):
         assert sorted(p.name for p in (run / "sync" / "league").iterdir()) == ["step_2", "step_3"]

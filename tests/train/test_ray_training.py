@@ -167,6 +167,18 @@ def _comparable(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))} for r in records]
 
 
+def straight_and_resumed(tmp_path: Path, common: list[str], stop: int, steps: int) -> tuple[Path, Path]:
+    """The default config with `common` trained `steps` steps straight (in tmp_path/a), and stopped after `stop`
+    then resumed to `steps` (in tmp_path/b): the two run directories."""
+    straight = load_config(DEFAULT, [*common, f"run.output_dir={tmp_path / 'a'}", f"schedule.steps={steps}"])
+    Trainer(straight, straight.run_dir).run()
+    first = load_config(DEFAULT, [*common, f"run.output_dir={tmp_path / 'b'}", f"schedule.steps={stop}"])
+    Trainer(first, first.run_dir).run()
+    resumed = load_config(first.run_dir / "config.yaml", [f"schedule.steps={steps}"])
+    Trainer(resumed, first.run_dir, resume=True).run()
+    return straight.run_dir, first.run_dir
+
+
 def test_resume_reproduces_an_uninterrupted_run(local_ray, tmp_path: Path, warm_model_dir: Path) -> None:
     # Exact resume is promised for synchronous runs; with overlap the rollout in flight at a checkpoint
     # is regenerated with the restored weights.
