@@ -43,6 +43,7 @@ from strat.faults import injected_steps
 from strat.metrics import EpisodeLedger, MetricsLog, PhaseTimer, truncate_after
 from strat.model import checkpoint
 from strat.play.exploiter import LOOP_STATE_KEY as EXPLOITER_STATE_KEY
+from strat.play.exploiter import MoveTable
 from strat.play.rollout import POLICY_SEAT, derive_seed, plan_groups, policy_seat
 from strat.play.settings import new_exploiter, rollout_settings, target_settings
 from strat.sync.fingerprint import WeightsTag
@@ -453,13 +454,17 @@ class Trainer:
             self.league.prepare(step)  # the member that plays this step, loaded before any game starts
         per_worker = self.fleet.split(config.algorithm.groups_per_step)
         settings = rollout_settings(config)
-        exploited = self.exploiter.table() if self.exploiter is not None else None
+        exploited = self._exploited()
         shares = [
             self.fleet.launch(index, plan_groups(settings, config.run.seed, step, index, count),
                                derive_seed(config.run.seed, step, index, "sampling"), exploited)
             for index, count in enumerate(per_worker) if count > 0
         ]
         self._pending = (step, shares, time.perf_counter())
+
+    def _exploited(self) -> MoveTable | None:
+        """The policy's counted moves the exploiter answers in the next rollout (None without an exploiter)."""
+        return self.exploiter.table() if self.exploiter is not None else None
 
     def _collect_rollout(self, step: int) -> Rollout:
         """Step `step`'s rollout (launched now if not in flight, or the one collected early).
@@ -495,7 +500,7 @@ class Trainer:
             flat = zero_spread_group_ids(episodes, config.algorithm.penalty_scope)
             if not flat:
                 break
-            exploited = self.exploiter.table() if self.exploiter is not None else None
+            exploited = self._exploited()
             shares = [
                 self.fleet.launch(index, plan_groups(settings, config.run.seed, step, index, count, round_index),
                                    derive_seed(config.run.seed, step, index, "resample", round_index), exploited)

@@ -244,14 +244,11 @@ def test_a_resumed_run_has_the_league_of_an_uninterrupted_one(local_ray, tmp_pat
     """Two members, one more every step, drawn by PFSP: stopped after step 2 and resumed, the run draws the same
     members, counts the same games and logs the same figures as the run that was never stopped; at the end only the
     league's members' weights are left on disk."""
-    from tests.train.test_ray_training import SMALL, _comparable, straight_and_resumed
+    from tests.train.test_ray_training import _comparable, straight_and_resumed
 
-    common = [f"model.path={warm_model_dir}", *SMALL, "engine.backend=hf", "schedule.max_staleness=0",
-              "schedule.checkpoint_every=1", "schedule.eval_every=0", "warm_start.enabled=false",
-              "game.opponents=[{kind: self, weight: 1}, {kind: league, size: 2, sampling: pfsp, weight: 3}]",
-              "schedule.snapshot_every=1", "algorithm.lr=0.003", "algorithm.groups_per_step=4",
-              "reasoning.max_new_tokens=160"]
-    straight_dir, resumed_dir = straight_and_resumed(tmp_path, common, stop=2, steps=3)
+    extra = ["game.opponents=[{kind: self, weight: 1}, {kind: league, size: 2, sampling: pfsp, weight: 3}]",
+             "schedule.snapshot_every=1"]
+    straight_dir, resumed_dir = straight_and_resumed(tmp_path, warm_model_dir, extra, stop=2, steps=3)
 
     a, b = metrics.read(straight_dir), metrics.read(resumed_dir)
     assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2, 3]

@@ -167,9 +167,17 @@ def _comparable(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))} for r in records]
 
 
-def straight_and_resumed(tmp_path: Path, common: list[str], stop: int, steps: int) -> tuple[Path, Path]:
-    """The default config with `common` trained `steps` steps straight (in tmp_path/a), and stopped after `stop`
-    then resumed to `steps` (in tmp_path/b): the two run directories."""
+RESUMABLE = ["engine.backend=hf", "schedule.max_staleness=0", "schedule.checkpoint_every=1", "schedule.eval_every=0",
+             "warm_start.enabled=false", "algorithm.lr=0.003", "algorithm.groups_per_step=4",
+             "reasoning.max_new_tokens=160"]
+"""A short synchronous run checkpointed every step, from an already warm-started model (resume is exact there)."""
+
+
+def straight_and_resumed(tmp_path: Path, model_dir: Path, extra: list[str], stop: int,
+                         steps: int) -> tuple[Path, Path]:
+    """The default config with `SMALL`, `RESUMABLE` and `extra` on `model_dir`, trained `steps` steps straight (in
+    tmp_path/a), and stopped after `stop` then resumed to `steps` (in tmp_path/b): the two run directories."""
+    common = [f"model.path={model_dir}", *SMALL, *RESUMABLE, *extra]
     straight = load_config(DEFAULT, [*common, f"run.output_dir={tmp_path / 'a'}", f"schedule.steps={steps}"])
     Trainer(straight, straight.run_dir).run()
     first = load_config(DEFAULT, [*common, f"run.output_dir={tmp_path / 'b'}", f"schedule.steps={stop}"])
