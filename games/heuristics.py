@@ -273,14 +273,28 @@ def liars_dice_timid(env: LiarsDiceEnv, agent: str) -> dict[int, float]:
     return _lean_set([a for a in own if env.bid(a)[0] == lowest], legal)
 
 
+def leduc_poker_timid(env: LeducPokerEnv, agent: str) -> dict[int, float]:
+    """A timid player who reads its hand the right way round but rarely puts chips in. It leans to the passive move
+    (a check where nothing is owed, a fold facing a raise) 8 times in 10 with a weak hand (a Jack without a pair) and
+    half the time with a middle one (a Queen without a pair), and plays uniformly with a strong one (a King or a
+    pair). So with nothing owed it raises one time in ten with the weak hand, one time in four with the middle hand
+    and half the time with the strong one; facing a raise it folds the weak hand 13 times in 15, the middle hand
+    2 times in 3 and the strong hand 1 time in 3 (more facing a second raise, which cannot be raised again)."""
+    legal, card = env.legal_actions(agent), env.card(agent)
+    if card == env.public_card() or card == env.spec.num_players:
+        return _uniform(legal)
+    return _lean(FOLD if FOLD in legal else CALL, legal, 0.8 if card == 0 else 0.5)
+
+
 TIMID: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
     "kuhn_poker": kuhn_poker_timid,
+    "leduc_poker": leduc_poker_timid,
     "liars_dice": liars_dice_timid,
 }
 """Weak players that read their private information the right way round and press nothing. Kuhn's ranks its cards
 correctly but bets and calls far too rarely (hardly ever bluffs, folds the middle card to most bets, slow-plays the
 best one): a warm start that imitates it acts on its card the right way round and leaves RL the strategy (how often to
-bet, bluff and call). Liar's dice's opens on its own face half the time and plays at random after: a warm start that
+bet, bluff and call). Leduc's does the same with its hand (a Jack, a Queen, a King or a pair). Liar's dice's opens on its own face half the time and plays at random after: a warm start that
 imitates it has a move that depends on its die."""
 
 BULLY: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {

@@ -59,7 +59,7 @@ def test_opponent_names_and_errors():
         "random", "heuristic", "contrarian", "timid", "bully", "station", "reader", "equilibrium"
     ]
     assert "reader" not in opponent_names("kuhn_poker", players=3)  # its belief is about one opponent
-    assert opponent_names("leduc_poker") == ["random", "heuristic", "contrarian", "equilibrium"]
+    assert opponent_names("leduc_poker") == ["random", "heuristic", "contrarian", "timid", "equilibrium"]
     assert opponent_names("tic_tac_toe") == ["random", "heuristic", "minimax"]
     assert opponent_names("liars_dice") == ["random", "heuristic", "contrarian", "timid", "truthful"]
     for name in ("bargaining", "connect_four"):
@@ -169,6 +169,34 @@ def test_kuhn_timid_ranks_its_cards_right_and_is_weak():
     _, uniform = tabular_policy("kuhn_poker", make_opponent("random", "kuhn_poker"))
     assert exploitability.exploitability(game, uniform) == pytest.approx(0.4583, abs=1e-3)
     assert "timid" not in opponent_names("tic_tac_toe")
+
+
+def test_leduc_timid_ranks_its_hand_right_and_is_weak():
+    """By hand, at each of the 936 information sets: with nothing owed it raises one time in ten with a Jack (no
+    pair), one time in four with a Queen and half the time with a King or a pair; facing a raise it folds 13/15, 2/3
+    and 1/3 of the time (9/10, 3/4 and 1/2 facing a second raise, which cannot be raised again). OpenSpiel scores it 1.329 exploitable (uniform play 2.374, the heuristic player 1.300), and
+    against the heuristic player it scores between the random player and the equilibrium, outside the intervals."""
+    timid = make_opponent("timid", "leduc_poker")
+    game, policy = tabular_policy("leduc_poker", timid)
+    table = policy.to_dict()
+    assert len(table) == 936
+    for state_key, probs in table.items():
+        card = int(state_key.split("[Private: ")[1].split("]")[0]) // 2
+        public = int(state_key.split("[Public: ")[1].split("]")[0]) // 2 if "[Public: " in state_key else None
+        strength = 2 if card == 2 or card == public else card
+        legal = {action: p for action, p in probs if p > 0}
+        if 0 in legal and len(legal) == 3:  # facing a raise
+            assert legal[0] == pytest.approx((13 / 15, 2 / 3, 1 / 3)[strength]), state_key
+        elif 0 in legal:  # facing the round's second raise, which cannot be raised again
+            assert legal[0] == pytest.approx((0.9, 0.75, 0.5)[strength]), state_key
+        else:
+            assert legal[2] == pytest.approx((0.1, 0.25, 0.5)[strength]), state_key
+    assert exploitability.exploitability(game, policy) == pytest.approx(1.329, abs=2e-3)
+    mean, error = mean_return("leduc_poker", "timid", "heuristic", 2000)
+    for other in ("random", "equilibrium"):
+        baseline, baseline_error = mean_return("leduc_poker", other, "heuristic", 2000)
+        gap = 1.96 * math.hypot(error, baseline_error)
+        assert (mean > baseline + gap) if other == "random" else (mean < baseline - gap), (other, mean, baseline)
 
 
 def test_kuhn_bully_reads_the_betting_and_is_weak():
