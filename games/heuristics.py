@@ -294,8 +294,9 @@ TIMID: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
 """Weak players that read their private information the right way round and press nothing. Kuhn's ranks its cards
 correctly but bets and calls far too rarely (hardly ever bluffs, folds the middle card to most bets, slow-plays the
 best one): a warm start that imitates it acts on its card the right way round and leaves RL the strategy (how often to
-bet, bluff and call). Leduc's does the same with its hand (a Jack, a Queen, a King or a pair). Liar's dice's opens on its own face half the time and plays at random after: a warm start that
-imitates it has a move that depends on its die."""
+bet, bluff and call). Leduc's does the same with its hand (a Jack, a Queen, a King or a pair). Liar's dice's opens on
+its own face half the time and plays at random after: a warm start that imitates it has a move that depends on its
+die."""
 
 BULLY: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
     "kuhn_poker": kuhn_poker_bully,

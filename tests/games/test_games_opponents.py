@@ -174,8 +174,9 @@ def test_kuhn_timid_ranks_its_cards_right_and_is_weak():
 def test_leduc_timid_ranks_its_hand_right_and_is_weak():
     """By hand, at each of the 936 information sets: with nothing owed it raises one time in ten with a Jack (no
     pair), one time in four with a Queen and half the time with a King or a pair; facing a raise it folds 13/15, 2/3
-    and 1/3 of the time (9/10, 3/4 and 1/2 facing a second raise, which cannot be raised again). OpenSpiel scores it 1.329 exploitable (uniform play 2.374, the heuristic player 1.300), and
-    against the heuristic player it scores between the random player and the equilibrium, outside the intervals."""
+    and 1/3 of the time (9/10, 3/4 and 1/2 facing a second raise, which cannot be raised again). OpenSpiel scores it
+    1.329 exploitable (uniform play 2.374, the heuristic player 1.300), and against the heuristic player it scores
+    between the random player and the equilibrium, outside the intervals."""
     timid = make_opponent("timid", "leduc_poker")
     game, policy = tabular_policy("leduc_poker", timid)
     table = policy.to_dict()
