@@ -166,7 +166,10 @@ class WarmStartConfig(_Section):
     `timid` (Kuhn poker) ranks its cards the right way round but rarely bets or calls (the King half the time, the
     Queen one time in four, the Jack one time in ten): more exploitable than always betting, and RL has to learn
     how often to bet, bluff and call rather than which card is which. Its moves depend on the card alone, so the
-    warm-started model learns to ignore the betting. `bully` (Kuhn poker) bets freely into a pot nobody has bet (the
+    warm-started model learns to ignore the betting. In Leduc poker `timid` does the same with its hand (a Jack, a
+    Queen, a King or a pair: it raises 1/10, 1/4 and 1/2 of the time where nothing is owed and folds 13/15, 2/3 and
+    1/3 of the time to a raise; 1.33 exploitable, the heuristic player 1.30); in Liar's dice it opens with the lowest
+    bid on its own face half the time and plays at random after. `bully` (Kuhn poker) bets freely into a pot nobody has bet (the
     King nine times in ten, any other card half the time) and calls a bet as rarely as `timid`: as weak (0.408
     exploitable against always betting's 1/3), but its moves depend on whether it faces a bet; a model warm-started on
     it plays far better than it (0.26 exploitable). `station` (Kuhn poker) bets as `timid` does and calls any bet half
