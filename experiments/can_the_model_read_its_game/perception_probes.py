@@ -27,7 +27,9 @@ when the whole interval is on its side, not met when none of it is, else undecid
   read. Regret = max_v p(v|h) - p(named value|h), with p the exact posterior over the opponent's card given the
   history under that opponent's policy (`games.posterior`), scored as the comparison scores it (a hedge earns a
   share, no readable belief earns 0 and so has regret max_v p(v|h)). Bars: <= 0.05 (Kuhn), <= 0.10 (Leduc).
-  Only at depths with `<past>`.
+  Only at depths with `<past>`. For two-player Leduc the script also prints *the first raise by card* (no bar):
+  at player 0's first decision, P(raise) at the first mention of a templated move for a Jack, a Queen and a King,
+  `--states` paired draws, and the King-minus-Jack margin (0 for a model that ignores its card).
 
 The pieces are small functions over a `Scorer` (messages, response prefix, names -> probabilities) or a `Generate`
 (prompts -> responses), so tests drive them with a tiny model or a fake one.
@@ -53,6 +55,7 @@ from scipy import stats  # noqa: E402  (a dependency of open-spiel)
 
 import games  # noqa: E402
 from games.base import BeliefValues, TextGameEnv  # noqa: E402
+from games.cards import rank_names  # noqa: E402
 from games.opponents import make_opponent  # noqa: E402
 from games.posterior import Posterior, posterior  # noqa: E402
 from strat.algorithm.comparison import belief_text, posterior_belief  # noqa: E402
@@ -269,6 +272,55 @@ def opening_bias(scorer: Scorer, states: int, seed: int = 0, depth: int = 2,
                        {face: statistics.fmean(values) for face, values in sorted(by_face.items())})
 
 
+# --- Leduc poker: the first raise and one's own card ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RaiseByCard:
+    """The Leduc hand probe over `margin.n` paired draws."""
+
+    depth: int
+    margin: Interval
+    """Mean over draws of P(raise | a King) - P(raise | a Jack), each draw's two contexts templated alike."""
+    by_card: dict[str, float] = field(default_factory=dict)
+    """Mean P(raise) per rank held (Jack, Queen, King)."""
+
+
+def first_decision(card: int, options: Mapping[str, object] | None = None) -> TextGameEnv:
+    """A Leduc deal where player 0, first to act, holds a card of rank `card` (the first such seed)."""
+    for seed in itertools.count():
+        env = games.make("leduc_poker", **dict(options or {}))
+        env.reset(seed=seed)
+        if env.card(env.agent_selection) == card:
+            return env
+    raise AssertionError("unreachable")
+
+
+def raise_by_card(scorer: Scorer, states: int, seed: int = 0, depth: int = 2,
+                  options: Mapping[str, object] | None = None) -> RaiseByCard:
+    """The Leduc hand probe: at player 0's first decision (round one, nothing owed: check or raise), P(raise) at the
+    first mention of a templated random move, over the two legal moves, for each rank held. Draw i templates each
+    rank's context with the same seed, so the King-minus-Jack margin is paired. 0 for a model that ignores its card;
+    the timid player's own is 0.5 - 0.1 = 0.4, the contrarian's 0.25 - 0.75 = -0.5. With no history the template's
+    text before the move hardly varies between draws, so the interval is narrow: it measures the template's
+    variation, not the model's sampling."""
+    envs = {card: first_decision(card, options) for card in range(3)}
+    by_card: dict[int, list[float]] = {card: [] for card in envs}
+    margins = []
+    for draw in range(states):
+        raised = {}
+        for card, env in envs.items():
+            agent = env.agent_selection
+            messages, prefix, space = mention_context(env, agent, depth, random.Random(seed * 1_000_003 + draw))
+            probabilities = scorer(messages, prefix, env.legal_action_names(agent), space)
+            raised[card] = probabilities["raise"]
+            by_card[card].append(raised[card])
+        margins.append(raised[2] - raised[0])
+    names = rank_names(3)
+    return RaiseByCard(depth, t_interval(margins), {names[card]: statistics.fmean(values)
+                                                      for card, values in by_card.items()})
+
+
 # --- Kuhn and Leduc poker: belief regret under the opponent that played --------------------------------------------
 
 
@@ -451,6 +503,14 @@ def main() -> None:
         print(f"belief regret against {opponent}, {result.regret.n} decisions of {result.games} games: "
               f"{result.regret} (bar <= {bar}: {verdict(result.regret, bar, at_least=False)})")
         print(f"no readable belief: {result.unreadable:.3f} of decisions; naming nothing: regret {result.best:.3f}")
+        if game == "leduc_poker" and not args.template and options.get("players", 2) == 2:
+            tokenizer = AutoTokenizer.from_pretrained(model_dir)
+            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
+            hand = raise_by_card(model_scorer(model.to(device).eval(), tokenizer), args.states, args.seed, depth,
+                                 options)
+            cards = ", ".join(f"{name} {p:.3f}" for name, p in hand.by_card.items())
+            print(f"first raise, a King minus a Jack, {hand.margin.n} draws: {hand.margin} (no bar; the timid "
+                  f"player's 0.4, the contrarian's -0.5); P(raise) by card: {cards}")
         return
     model_dir = args.model or Trainer.initial_model_path(config)
     print(f"{game}, depth {depth}, model {model_dir}")

@@ -130,6 +130,22 @@ def test_opening_bias_of_fake_scorers(probes) -> None:
     assert uniform.own == pytest.approx(2 / 12)  # bids of one face: "bid 1 f" and "bid 2 fs" of the 12 bids
 
 
+def test_raise_by_card_of_fake_scorers(probes) -> None:
+    def raise_a_king(messages, prefix, names, space):
+        king = "You hold a King" in _messages_text(messages)
+        return {name: float((name == "raise") == king) for name in names}
+
+    result = probes.raise_by_card(raise_a_king, states=6, seed=0, depth=2)
+    assert result.margin.n == 6 and result.margin.mean == 1.0
+    assert result.by_card == {"Jack": 0.0, "Queen": 0.0, "King": 1.0}
+    uniform = probes.raise_by_card(_uniform, states=4, seed=0, depth=1)
+    assert uniform.margin.mean == 0.0 and uniform.by_card == {"Jack": 0.5, "Queen": 0.5, "King": 0.5}
+    for card in range(3):
+        env = probes.first_decision(card)
+        agent = env.agent_selection
+        assert env.card(agent) == card and env.legal_action_names(agent) == ["call", "raise"]
+
+
 def test_face_probabilities_and_margin(probes) -> None:
     env = games.make("liars_dice")
     env.reset(seed=0)
