@@ -115,7 +115,7 @@ def test_kuhn_posterior_question_states_the_policy() -> None:
 def test_stated_policies_are_uniform_and_the_documented_scripted_players() -> None:
     assert [p.name for p in stated_policies("kuhn_poker")] == ["uniform", "heuristic", "contrarian", "timid"]
     assert [p.name for p in stated_policies("liars_dice")] == ["uniform", "heuristic", "contrarian", "timid", "truthful"]
-    assert [p.name for p in stated_policies("leduc_poker")] == ["uniform", "heuristic", "contrarian"]
+    assert [p.name for p in stated_policies("leduc_poker")] == ["uniform", "heuristic", "contrarian", "timid"]
 
 
 # --- the corpus --------------------------------------------------------------------------------------------------
