@@ -159,24 +159,24 @@ class WarmStartConfig(_Section):
     batch_size: int = Field(4, ge=1)
     """Transcripts per optimizer step."""
     player: WarmStartPlayer = "random"
-    """The scripted player whose moves the transcripts show; never the equilibrium. `contrarian` (Kuhn and Leduc
-    poker, Liar's dice) leans to the wrong move for its cards or die (that move half the time, else uniform; in Liar's
-    dice it doubts the bids its die backs and bids the faces it does not): worse than random, but its moves depend on
-    the private card or die, so the warm-started model already attends to it and RL only has to turn the mapping around.
-    `timid` (Kuhn poker) ranks its cards the right way round but rarely bets or calls (the King half the time, the
-    Queen one time in four, the Jack one time in ten): more exploitable than always betting, and RL has to learn
-    how often to bet, bluff and call rather than which card is which. Its moves depend on the card alone, so the
-    warm-started model learns to ignore the betting. In Leduc poker `timid` does the same with its hand (a Jack, a
-    Queen, a King or a pair: it raises 1/10, 1/4 and 1/2 of the time where nothing is owed and folds 13/15, 2/3 and
-    1/3 of the time to a raise; 1.33 exploitable, the heuristic player 1.30); in Liar's dice it opens with the lowest
-    bid on its own face half the time and plays at random after. `bully` (Kuhn poker) bets freely into a pot nobody has bet (the
-    King nine times in ten, any other card half the time) and calls a bet as rarely as `timid`: as weak (0.408
-    exploitable against always betting's 1/3), but its moves depend on whether it faces a bet; a model warm-started on
-    it plays far better than it (0.26 exploitable). `station` (Kuhn poker) bets as `timid` does and calls any bet half
-    the time whatever its card (0.442 exploitable): its moves too depend on the betting. `reader` (two-player Kuhn
-    poker) writes its move from its belief: the transcript's belief is drawn first (either card one does not hold,
-    at even chance) and the move bets or calls half the time when one's card beats it, never otherwise, one time in
-    ten at random (0.368 exploitable), so the warm-started move depends on the belief written before it."""
+    """The scripted player whose moves the transcripts show; never the equilibrium. `contrarian` (Kuhn and Leduc poker,
+    Liar's dice) leans to the wrong move for its cards or die (that move half the time, else uniform; in Liar's dice it
+    doubts the bids its die backs and bids the faces it does not): worse than random, but its moves depend on the
+    private card or die, so the warm-started model already attends to it and RL only has to turn the mapping around.
+    `timid` (Kuhn poker) ranks its cards the right way round but rarely bets or calls (the King half the time, the Queen
+    one time in four, the Jack one time in ten): more exploitable than always betting, and RL has to learn how often to
+    bet, bluff and call rather than which card is which. Its moves depend on the card alone, so the warm-started model
+    learns to ignore the betting. In Leduc poker `timid` does the same with its hand (a Jack, a Queen, a King or a pair:
+    it raises 1/10, 1/4 and 1/2 of the time where nothing is owed and folds 13/15, 2/3 and 1/3 of the time to a raise;
+    1.33 exploitable, the heuristic player 1.30); in Liar's dice it opens with the lowest bid on its own face half the
+    time and plays at random after. `bully` (Kuhn poker) bets freely into a pot nobody has bet (the King nine times in
+    ten, any other card half the time) and calls a bet as rarely as `timid`: as weak (0.408 exploitable against always
+    betting's 1/3), but its moves depend on whether it faces a bet; a model warm-started on it plays far better than it
+    (0.26 exploitable). `station` (Kuhn poker) bets as `timid` does and calls any bet half the time whatever its card
+    (0.442 exploitable): its moves too depend on the betting. `reader` (two-player Kuhn poker) writes its move from its
+    belief: the transcript's belief is drawn first (either card one does not hold, at even chance) and the move bets or
+    calls half the time when one's card beats it, never otherwise, one time in ten at random (0.368 exploitable), so the
+    warm-started move depends on the belief written before it."""
     max_seconds: float = Field(1800.0, gt=0.0)
     """A guard for slow machines: training stops after this long (then not reproducible)."""
     seed: int = Field(0, ge=0)

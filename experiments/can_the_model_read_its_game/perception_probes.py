@@ -143,6 +143,15 @@ def model_scorer(model, tokenizer) -> Scorer:  # noqa: ANN001
     return score
 
 
+def load_scorer(model_dir: Path, device: str) -> Scorer:
+    """The scorer of the model saved in `model_dir`, on `device`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
+    return model_scorer(model.to(device).eval(), tokenizer)
+
+
 def mention_context(env: TextGameEnv, agent: str, depth: int, rng: random.Random,
                     name_legal: bool = False) -> tuple[Messages, str, bool]:
     """The prompt of `agent`, and a response templated with a random legal move cut at its first mention
@@ -456,8 +465,6 @@ def verdict(interval: Interval, bar: float, at_least: bool) -> str:
 
 
 def main() -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from strat.config_loading import load_config
     from strat.engines import build_engine, resolve_device
     from strat.train.trainer import Trainer
@@ -504,19 +511,14 @@ def main() -> None:
               f"{result.regret} (bar <= {bar}: {verdict(result.regret, bar, at_least=False)})")
         print(f"no readable belief: {result.unreadable:.3f} of decisions; naming nothing: regret {result.best:.3f}")
         if game == "leduc_poker" and not args.template and options.get("players", 2) == 2:
-            tokenizer = AutoTokenizer.from_pretrained(model_dir)
-            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
-            hand = raise_by_card(model_scorer(model.to(device).eval(), tokenizer), args.states, args.seed, depth,
-                                 options)
+            hand = raise_by_card(load_scorer(model_dir, device), args.states, args.seed, depth, options)
             cards = ", ".join(f"{name} {p:.3f}" for name, p in hand.by_card.items())
             print(f"first raise, a King minus a Jack, {hand.margin.n} draws: {hand.margin} (no bar; the timid "
                   f"player's 0.4, the contrarian's -0.5); P(raise) by card: {cards}")
         return
     model_dir = args.model or Trainer.initial_model_path(config)
     print(f"{game}, depth {depth}, model {model_dir}")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
-    scorer = model_scorer(model.to(device).eval(), tokenizer)
+    scorer = load_scorer(model_dir, device)
     if game in BOARD_GAMES:
         mass = legal_mass(scorer, game, args.states, args.seed, depth, options, config.warm_start.name_legal_moves)
         print(f"legal mass at the first mention, {mass.share.n} decisions: {mass.share} "

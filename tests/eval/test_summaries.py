@@ -228,7 +228,7 @@ def test_a_summary_without_an_arm_loads(tmp_path: Path) -> None:
     data.pop("arm", None)
     (tmp_path / "old.json").write_text(json.dumps(data))
     summary = load_summary(tmp_path / "old.json")
-    assert summary.arm is None and summary.section == "games" and summary.seed == 0 and summary.steps == data["steps"]
+    assert summary.arm is None and summary.section == "games" and summary.seed == 0 and summary.steps == 48
     assert summary.tokens_per_step == data["tokens_per_step"]
 
 
