@@ -39,9 +39,18 @@ def summarize(
     exploitability_after: Annotated[
         Path | None, typer.Option(help="eval.json of `strat eval` on the final checkpoint (its exploitability).")
     ] = None,
+    matches_before: Annotated[
+        Path | None, typer.Option(help="eval.json of `strat eval` on the warm-started policy: its return, win and "
+                                       "draw rates against each opponent in it replace the run's own (more games).")
+    ] = None,
+    matches_after: Annotated[
+        Path | None, typer.Option(help="eval.json of `strat eval` on the final checkpoint: as --matches-before. Give "
+                                       "both the same --games and --seed, so that both play the same deals.")
+    ] = None,
 ) -> None:
     """Summarise a finished run: its command, commit, seed, first and last evaluation with 95% intervals."""
-    summary = summarize_run(run_dir, section, exploitability_before, exploitability_after, arm)
+    summary = summarize_run(run_dir, section, exploitability_before, exploitability_after, arm, matches_before,
+                            matches_after)
     typer.echo(f"summary written to {write_summary(summary, out)}")
 
 

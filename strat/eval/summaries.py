@@ -70,6 +70,9 @@ class Evaluation:
     format_validity: float | None = None
     draw_rate_vs: dict[str, Figure] = field(default_factory=dict)
     """Zero-sum games only (the evaluation records no draws in general-sum ones); empty in older summaries."""
+    evaluated_apart: dict[str, int] = field(default_factory=dict)
+    """The opponents whose figures a separate `strat eval` report replaced (`--matches-before/--matches-after`),
+    with the games it played against each; the others' come from the run's own evaluation (`eval.games`)."""
 
 
 @dataclass(frozen=True)
@@ -176,11 +179,69 @@ def exploitability_from_eval(path: Path) -> Figure:
         raise UserError(f"{path}: no exploitability in it ({err})") from None
 
 
+@dataclass(frozen=True)
+class MatchFigures:
+    """One opponent's figures in a `strat eval` report: the policy's return, win and draw rates, games played."""
+
+    mean_return: Figure
+    win: Figure
+    draw: Figure
+    games: int
+
+
+def matches_from_eval(path: Path, game: str, options: dict[str, Any], step: int | None,
+                      run_dir: Path) -> dict[str, MatchFigures]:
+    """Each opponent's return, win rate and draw rate (95% intervals) and games from a `strat eval` eval.json of
+    one policy. The report must be of the run's game; where it names a checkpoint of a run (`run_dir`, `step`), it
+    must be this run's at `step` (the last evaluation's), or for step None (the warm start) not this run's."""
+    try:
+        data = json.loads(Path(path).read_text())
+        policies, matches = data["policies"], data["matches"]
+        evaluated = policies[0]
+        figures = {
+            m["opponent"]: MatchFigures(*(Figure(float(m[k]["value"]), m[k]["low"], m[k]["high"])
+                                          for k in ("mean_return", "win", "draw")), games=int(m["games"]))
+            for m in matches
+        }
+    except (OSError, KeyError, IndexError, TypeError, ValueError) as err:
+        raise UserError(f"{path}: not a `strat eval` report of one policy against opponents ({err!r})") from None
+    if len(policies) != 1 or not figures:
+        raise UserError(f"{path}: a head-to-head report or one without opponents; evaluate the one policy with "
+                        "`strat eval --policy ... --opponents heuristic`")
+    if (data.get("game"), dict(data.get("game_options") or {})) != (game, dict(options)):
+        raise UserError(f"{path}: evaluates {data.get('game')} {data.get('game_options')}, the run plays {game} "
+                        f"{dict(options)}")
+    checkpoint_run = evaluated.get("run_dir")
+    same_run = checkpoint_run is not None and Path(checkpoint_run).resolve() == Path(run_dir).resolve()
+    if step is not None and not (same_run and evaluated.get("step") == step):
+        raise UserError(f"{path}: evaluates {evaluated.get('checkpoint')} (step {evaluated.get('step')}), not "
+                        f"{run_dir}'s checkpoint of step {step}")
+    if step is None and same_run:
+        raise UserError(f"{path}: evaluates a checkpoint of {run_dir} (step {evaluated.get('step')}), not the "
+                        "warm start it began from")
+    return figures
+
+
+def _with_matches(evaluation: Evaluation, figures: dict[str, MatchFigures]) -> Evaluation:
+    """`evaluation` with each opponent's figures replaced by a separate evaluation's (`matches_from_eval`)."""
+    returns, wins, draws = dict(evaluation.return_vs), dict(evaluation.win_rate_vs), dict(evaluation.draw_rate_vs)
+    for opponent, match in figures.items():
+        returns[opponent], wins[opponent] = match.mean_return, match.win
+        if opponent in draws or match.draw.value > 0:
+            draws[opponent] = match.draw
+    apart = {**evaluation.evaluated_apart, **{opponent: match.games for opponent, match in figures.items()}}
+    return dataclasses.replace(evaluation, return_vs=returns, win_rate_vs=wins, draw_rate_vs=draws,
+                               evaluated_apart=apart)
+
+
 def summarize_run(run_dir: Path, section: str, exploitability_before: Path | None = None,
-                  exploitability_after: Path | None = None, arm: str | None = None) -> RunSummary:
+                  exploitability_after: Path | None = None, arm: str | None = None,
+                  matches_before: Path | None = None, matches_after: Path | None = None) -> RunSummary:
     """The summary of a finished run from its config.yaml, metrics.jsonl and provenance.json; exploitability
-    measured apart by `strat eval` (eval.json files) replaces the run's own where given. A run of the `ablation`
-    section needs its `arm`."""
+    measured apart by `strat eval` (eval.json files) replaces the run's own where given, and so do the returns,
+    win and draw rates against each opponent of `matches_before` (the warm start's report) and `matches_after`
+    (the last checkpoint's): more games, on the same deals for both. A run of the `ablation` section needs its
+    `arm`."""
     from strat.metrics import read as read_metrics  # deferred for start-up cost (it imports TensorBoard)
 
     if section == ABLATION and not arm:
@@ -203,20 +264,27 @@ def summarize_run(run_dir: Path, section: str, exploitability_before: Path | Non
     num_games = int(config["eval"]["games"])
     tokens = [r["throughput/gen_tokens_per_s"] * r["time/rollout_s"] for r in steps
               if "throughput/gen_tokens_per_s" in r and "time/rollout_s" in r]
+    game, options = config["game"]["name"], dict(config["game"].get("options") or {})
+    before = _evaluation(evals[0], num_games, steps[0].get("format/valid_rate"),
+                         exploitability_from_eval(exploitability_before) if exploitability_before else None)
+    after = _evaluation(evals[-1], num_games, steps[-1].get("format/valid_rate"),
+                        exploitability_from_eval(exploitability_after) if exploitability_after else None)
+    if matches_before is not None:
+        before = _with_matches(before, matches_from_eval(matches_before, game, options, None, run_dir))
+    if matches_after is not None:
+        after = _with_matches(after, matches_from_eval(matches_after, game, options, last, run_dir))
     return RunSummary(
         section=section,
         config=str(provenance.get("config") or ""),
-        game=config["game"]["name"],
-        game_options=dict(config["game"].get("options") or {}),
+        game=game,
+        game_options=options,
         seed=int(config["run"]["seed"]),
         command=provenance["command"],
         commit=provenance["commit"],
         date=provenance["date"],
         steps=int(steps[-1]["step"]),
-        before=_evaluation(evals[0], num_games, steps[0].get("format/valid_rate"),
-                           exploitability_from_eval(exploitability_before) if exploitability_before else None),
-        after=_evaluation(evals[-1], num_games, steps[-1].get("format/valid_rate"),
-                          exploitability_from_eval(exploitability_after) if exploitability_after else None),
+        before=before,
+        after=after,
         wall_s=provenance.get("wall_s"),
         tokens_per_step=sum(tokens) / len(tokens) if tokens else None,
         arm=arm,
@@ -245,6 +313,7 @@ def _load_evaluation(data: dict[str, Any]) -> Evaluation:
         exploitability=_figure(data.get("exploitability")),
         format_validity=data.get("format_validity"),
         draw_rate_vs={k: Figure(**v) for k, v in data.get("draw_rate_vs", {}).items()},
+        evaluated_apart={k: int(v) for k, v in data.get("evaluated_apart", {}).items()},
     )
 
 
@@ -352,10 +421,17 @@ def games_section(summaries: Sequence[RunSummary], references: dict[str, Referen
             lines.append(f"- seed {run.seed}: `{run.command}` (commit {run.commit}, {run.date}"
                          + (f", {run.wall_s / 60:.1f} min" if run.wall_s else "")
                          + (f", {run.tokens_per_step:.0f} generated tokens per step" if run.tokens_per_step else "")
-                         + ")")
+                         + ")" + _apart_note(run))
         lines.append("")
     lines += _across_games(by_game, references)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _apart_note(run: RunSummary) -> str:
+    """Where a separate `strat eval` replaced the run's own figures: which opponents, and over how many games."""
+    parts = [f"{label} vs {', '.join(f'{o} ({n:,} games)' for o, n in sorted(ev.evaluated_apart.items()))}"
+             for label, ev in (("warm start", run.before), ("trained", run.after)) if ev.evaluated_apart]
+    return f"; by `strat eval` apart: {'; '.join(parts)}" if parts else ""
 
 
 def _normalised_gains(runs: Sequence[RunSummary], reference: Reference | None) -> list[float] | None:

@@ -79,6 +79,53 @@ def test_exploitability_from_strat_eval_replaces_the_runs(tmp_path: Path) -> Non
         summarize_run(tmp_path / "run0", "games", tmp_path / "run0" / "config.yaml")
 
 
+def test_matches_from_strat_eval_replace_the_runs_own(tmp_path: Path) -> None:
+    """More games apart: `strat eval` reports (one made here by `strat eval` itself, a scripted player in the
+    policy's seat) replace the run's figures against the opponents they played and say over how many games; the
+    other opponents keep the run's own. A report of another game, or of a checkpoint other than the run's last, is
+    refused."""
+    run = _run_dir(tmp_path, 0, 0.5)
+    before_dir = tmp_path / "before"
+    assert cli.main(["eval", "--policy", "heuristic", "--game", "leduc_poker", "--opponents", "random", "--games",
+                     "40", "--seed", "3", "--transcripts", "0", "--out", str(before_dir)]) == 0
+    before = before_dir / "eval.json"
+    report = json.loads(before.read_text())
+    match = report["matches"][0]
+    after = tmp_path / "after.json"
+    report["policies"][0].update(run_dir=str(run), step=3)  # as `strat eval --policy RUN` records its checkpoint
+    after.write_text(json.dumps(report))
+    out = tmp_path / "summary.json"
+    assert cli.main(["results", "summarize", str(run), "--out", str(out), "--matches-before", str(before),
+                     "--matches-after", str(after)]) == 0
+    summary = load_summary(out)
+    played = Figure(match["mean_return"]["value"], match["mean_return"]["low"], match["mean_return"]["high"])
+    assert match["games"] == 40 and played.low is not None and played.low < played.value
+    assert summary.before.return_vs["random"] == played and summary.after.return_vs["random"] == played
+    assert summary.after.win_rate_vs["random"] == Figure(match["win"]["value"], match["win"]["low"],
+                                                         match["win"]["high"])
+    assert summary.before.return_vs["heuristic"] == Figure(-1.0, -1.4, -0.6)  # not in the report: the run's own
+    assert summary.before.evaluated_apart == {"random": 40} and summary.after.evaluated_apart == {"random": 40}
+    text = games_section([summary], {})
+    assert "; by `strat eval` apart: warm start vs random (40 games); trained vs random (40 games)" in text
+
+    def refused(report_path: Path, message: str, game: str | None = None, step: int | None = None) -> None:
+        data = json.loads(report_path.read_text())
+        data["game"] = game or data["game"]
+        data["policies"][0]["step"] = step if step is not None else data["policies"][0]["step"]
+        changed = tmp_path / "changed.json"
+        changed.write_text(json.dumps(data))
+        with pytest.raises(UserError, match=message):
+            summarize_run(run, "games", matches_after=changed)
+
+    refused(after, "evaluates kuhn_poker", game="kuhn_poker")
+    refused(after, r"\(step 2\), not .*run0's checkpoint of step 3", step=2)
+    refused(before, r"\(step None\), not .*run0's checkpoint of step 3")
+    with pytest.raises(UserError, match="not the warm start"):
+        summarize_run(run, "games", matches_before=after)
+    with pytest.raises(UserError, match="not a `strat eval` report"):
+        summarize_run(run, "games", matches_before=run / "config.yaml")
+
+
 def test_an_unfinished_run_is_refused(tmp_path: Path) -> None:
     run = _run_dir(tmp_path, 0, 0.5)
     (run / "provenance.json").unlink()
