@@ -189,11 +189,16 @@ class MatchFigures:
     games: int
 
 
+SAMPLING_KEYS = ("depth", "temperature", "top_p", "max_new_tokens")
+"""The reasoning settings a `strat eval` report must share with the run whose figures it replaces."""
+
+
 def matches_from_eval(path: Path, game: str, options: dict[str, Any], step: int | None,
-                      run_dir: Path) -> dict[str, MatchFigures]:
+                      run_dir: Path, reasoning: dict[str, Any] | None = None) -> dict[str, MatchFigures]:
     """Each opponent's return, win rate and draw rate (95% intervals) and games from a `strat eval` eval.json of
-    one policy. The report must be of the run's game; where it names a checkpoint of a run (`run_dir`, `step`), it
-    must be this run's at `step` (the last evaluation's), or for step None (the warm start) not this run's."""
+    one policy. The report must be of the run's game, played with the run's `reasoning` settings (`SAMPLING_KEYS`,
+    where both name them); where it names a checkpoint of a run (`run_dir`, `step`), it must be this run's at `step`
+    (the last evaluation's), or for step None (the warm start) not this run's."""
     try:
         data = json.loads(Path(path).read_text())
         policies, matches = data["policies"], data["matches"]
@@ -211,6 +216,12 @@ def matches_from_eval(path: Path, game: str, options: dict[str, Any], step: int 
     if (data.get("game"), dict(data.get("game_options") or {})) != (game, dict(options)):
         raise UserError(f"{path}: evaluates {data.get('game')} {data.get('game_options')}, the run plays {game} "
                         f"{dict(options)}")
+    differing = [f"{key} {evaluated[key]} (the run: {reasoning[key]})" for key in SAMPLING_KEYS
+                 if evaluated.get(key) is not None and (reasoning or {}).get(key) is not None
+                 and evaluated[key] != (reasoning or {})[key]]
+    if differing:
+        raise UserError(f"{path}: played with {', '.join(differing)}; evaluate with the run's reasoning settings "
+                        "(--depth, --temperature, --max-new-tokens)")
     checkpoint_run = evaluated.get("run_dir")
     same_run = checkpoint_run is not None and Path(checkpoint_run).resolve() == Path(run_dir).resolve()
     if step is not None and not (same_run and evaluated.get("step") == step):
@@ -269,10 +280,11 @@ def summarize_run(run_dir: Path, section: str, exploitability_before: Path | Non
                          exploitability_from_eval(exploitability_before) if exploitability_before else None)
     after = _evaluation(evals[-1], num_games, steps[-1].get("format/valid_rate"),
                         exploitability_from_eval(exploitability_after) if exploitability_after else None)
+    reasoning = config.get("reasoning") or {}
     if matches_before is not None:
-        before = _with_matches(before, matches_from_eval(matches_before, game, options, None, run_dir))
+        before = _with_matches(before, matches_from_eval(matches_before, game, options, None, run_dir, reasoning))
     if matches_after is not None:
-        after = _with_matches(after, matches_from_eval(matches_after, game, options, last, run_dir))
+        after = _with_matches(after, matches_from_eval(matches_after, game, options, last, run_dir, reasoning))
     return RunSummary(
         section=section,
         config=str(provenance.get("config") or ""),

@@ -122,6 +122,14 @@ def test_matches_from_strat_eval_replace_the_runs_own(tmp_path: Path) -> None:
     refused(before, r"\(step None\), not .*run0's checkpoint of step 3")
     with pytest.raises(UserError, match="not the warm start"):
         summarize_run(run, "games", matches_before=after)
+    llm = json.loads(before.read_text())
+    llm["policies"][0].update(kind="llm", depth=1, temperature=1.0, max_new_tokens=160)
+    before.write_text(json.dumps(llm))
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["reasoning"] = {"depth": 2, "temperature": 1.0, "max_new_tokens": 160}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(UserError, match=r"played with depth 1 \(the run: 2\); evaluate with the run's reasoning"):
+        summarize_run(run, "games", matches_before=before)
     with pytest.raises(UserError, match="not a `strat eval` report"):
         summarize_run(run, "games", matches_before=run / "config.yaml")
 
