@@ -64,7 +64,7 @@ def table(
     """Rewrite docs/results.md's generated sections (games, ablation) from the summaries, each between its own
     markers (hand-written text is kept). Each section reads its own folder, `<results>/games/` and
     `<results>/ablation/`: other folders hold the summaries of separate reports (issue 38's scoring arms, the league,
-    the constrained move), whose runs on other settings must not pool into these tables."""
+    the constrained move, Leduc's arms), whose runs on other settings must not pool into these tables."""
     games = [s for s in _summaries_in(results / "games") if s.section == "games"]
     ablation = [s for s in _summaries_in(results / ABLATION) if s.section == ABLATION]
     references = {}
