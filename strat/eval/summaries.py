@@ -213,12 +213,13 @@ def matches_from_eval(path: Path, game: str, options: dict[str, Any], step: int 
     if len(policies) != 1 or not figures:
         raise UserError(f"{path}: a head-to-head report or one without opponents; evaluate the one policy with "
                         "`strat eval --policy ... --opponents heuristic`")
-    if (data.get("game"), dict(data.get("game_options") or {})) != (game, dict(options)):
+    if (data.get("game"), dict(data.get("game_options") or {})) != (game, options):
         raise UserError(f"{path}: evaluates {data.get('game')} {data.get('game_options')}, the run plays {game} "
-                        f"{dict(options)}")
-    differing = [f"{key} {evaluated[key]} (the run: {reasoning[key]})" for key in SAMPLING_KEYS
-                 if evaluated.get(key) is not None and (reasoning or {}).get(key) is not None
-                 and evaluated[key] != (reasoning or {})[key]]
+                        f"{options}")
+    run_settings = reasoning or {}
+    differing = [f"{key} {evaluated[key]} (the run: {run_settings[key]})" for key in SAMPLING_KEYS
+                 if evaluated.get(key) is not None and run_settings.get(key) is not None
+                 and evaluated[key] != run_settings[key]]
     if differing:
         raise UserError(f"{path}: played with {', '.join(differing)}; evaluate with the run's reasoning settings "
                         "(--depth, --temperature, --max-new-tokens)")
