@@ -599,7 +599,8 @@ class AlgorithmConfig(_Section):
     """Groups played per training step (each a fresh deal)."""
     advantage_mode: str = "hybrid"
     """The advantage estimator, by registered name: `outcome`: group-normalised returns only (GRPO); `process`: CoT
-    scores only; `hybrid`: outcome plus lam times process; or one added with
+    scores only; `hybrid`: outcome plus lam times process; `shuffled`: the hybrid with the process term permuted over
+    the group's scored turns (a control: its size without its assignment); or one added with
     `strat.algorithm.estimators.register_advantage`."""
     lam: float = Field(0.5, ge=0.0)
     """Weight of the process advantage in hybrid mode."""

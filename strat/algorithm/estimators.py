@@ -54,3 +54,21 @@ def process(outcome: torch.Tensor, process: torch.Tensor, lam: float) -> torch.T
 def hybrid(outcome: torch.Tensor, process: torch.Tensor, lam: float) -> torch.Tensor:
     """Strat-Reasoner's hybrid advantage: outcome + lam * process."""
     return outcome + lam * process
+
+
+@register_advantage("shuffled")
+def shuffled(outcome: torch.Tensor, process: torch.Tensor, lam: float) -> torch.Tensor:
+    """A control for the hybrid: outcome + lam * the process term permuted over the group's scored turns (those with
+    a nonzero term). The term keeps its values, its size and which turns get one, and loses which response earned
+    which: if this control trains as well as `hybrid`, what the process term says about each response is not what
+    helps. The permutation is drawn from the terms themselves, so a run stays reproducible."""
+    import hashlib
+
+    import torch
+
+    scored = torch.nonzero(process != 0).flatten()
+    digest = hashlib.sha256(outcome.detach().cpu().numpy().tobytes() + process.detach().cpu().numpy().tobytes())
+    generator = torch.Generator().manual_seed(int(digest.hexdigest()[:15], 16))
+    moved = process.clone()
+    moved[scored] = process[scored[torch.randperm(scored.numel(), generator=generator)]]
+    return outcome + lam * moved

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from strat.algorithm import estimators
-from strat.algorithm.advantage import compute_advantages
+from strat.algorithm.advantage import compute_advantages, normalise
 from strat.algorithm.estimators import advantage_estimator, advantage_names, register_advantage
 from strat.config_loading import load_config
 from strat.errors import ConfigError
@@ -56,3 +56,30 @@ def test_unknown_estimators_are_refused_with_the_registered_names(registered: No
         load_config(ROOT / "configs" / "kuhn_poker_tiny.yaml", ["algorithm.advantage_mode=gae"])
     with pytest.raises(ValueError, match="registered already"):
         register_advantage("hybrid")(lambda outcome, process, lam: outcome)
+
+
+def test_the_shuffled_control_permutes_the_process_term_over_the_scored_turns() -> None:
+    outcome = torch.tensor([1.0, -1.0, 1.0, -1.0, 0.0, 0.0], dtype=torch.float64)
+    process = torch.tensor([0.5, 0.0, -1.5, 2.0, 0.25, -1.0], dtype=torch.float64)
+    shuffled = advantage_estimator("shuffled")
+    moved = (shuffled(outcome, process, 0.5) - outcome) / 0.5
+    assert moved[1] == 0.0                                        # a turn with no process term gets none
+    assert sorted(moved.tolist()) == sorted(process.tolist())     # the same values, reassigned
+    assert torch.equal(shuffled(outcome, process, 0.5), shuffled(outcome, process, 0.5))   # reproducible
+    assert shuffled(outcome, torch.zeros(6, dtype=torch.float64), 0.5).tolist() == outcome.tolist()
+
+
+def test_the_shuffled_control_keeps_the_size_and_loses_the_assignment() -> None:
+    """Over many groups (process terms normalised per group, as `advantage_terms` gives them) the reassigned term
+    keeps its spread and no longer follows the turn's own score."""
+    generator = torch.Generator().manual_seed(0)
+    own, moved = [], []
+    for _ in range(500):
+        outcome = torch.randn(8, generator=generator, dtype=torch.float64)
+        process = normalise(torch.randn(8, generator=generator, dtype=torch.float64), 1e-6)
+        own.append(process)
+        moved.append((advantage_estimator("shuffled")(outcome, process, 0.5) - outcome) / 0.5)
+    own_all, moved_all = torch.cat(own), torch.cat(moved)
+    assert moved_all.std().item() == pytest.approx(own_all.std().item())
+    corr = torch.corrcoef(torch.stack([own_all, moved_all]))[0, 1].item()
+    assert abs(corr) < 0.1       # expected 0 for terms of mean 0; 1 without the permutation
