@@ -4,7 +4,7 @@ against outcome-only, paired by seed, and what the process score looked like in 
     python experiments/does_scoring_on_targets_help/scoring_report.py
         --runs /work/runs/abl38 --summaries /work/runs/abl38/summaries [--seeds 5,6,7,8,9]
     python experiments/does_scoring_on_targets_help/scoring_report.py --games
-        --runs /work/runs/abl38-games --summaries /work/runs/abl38-games/summaries
+        --runs /work/runs/abl38-games --summaries /work/runs/abl38-games/summaries [--arm A --reference-arm B]
 
 `--seeds` keeps the summaries and runs of those seeds only: the confirmation on fresh seeds is reported apart from
 the seeds that chose the arm. `--games` reports the other games (a run folder per config stem under `--runs`): per
@@ -156,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="only these seeds, e.g. 5,6,7,8,9")
     parser.add_argument("--games", action="store_true", help="the other games' table (a run folder per config)")
     parser.add_argument("--arm", default="targets-segment-state", help="with --games: the hybrid arm compared")
+    parser.add_argument("--reference-arm", default="outcome",
+                        help="with --games: the arm it is compared with (paired by seed), e.g. hybrid for a control")
     args = parser.parse_args(argv)
     summaries = [s for s in load_summaries(args.summaries) if args.seeds is None or s.seed in args.seeds]
     if not summaries:
@@ -164,10 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.games:
         references = {game_label(s): scripted_reference(s.game, s.game_options) for s in summaries}
-        print(games_table(summaries, references, args.arm))
+        print(games_table(summaries, references, args.arm, args.reference_arm))
         for config in sorted({Path(s.config).stem for s in summaries}):
             print(f"\n{config}:\n")
-            print(diagnostics_table(args.runs / config, ["outcome", args.arm], args.seeds))
+            print(diagnostics_table(args.runs / config, [args.reference_arm, args.arm], args.seeds))
         print()
         print(ablation_section(summaries, reference="outcome", where=f"{args.summaries}/"))
         return 0

@@ -69,3 +69,17 @@ def test_the_games_table_pairs_the_hybrid_with_outcome_by_seed(report) -> None:
     assert cells[4] == "+0.050 [-0.585, +0.685]"
     assert cells[5] == "+0.050 [-0.146, +0.246]"
     assert cells[6] == "no"  # judged over seeds: -0.585 < -0.05
+
+
+def test_a_control_is_paired_with_the_arm_it_names(report) -> None:
+    reference = Reference("heuristic", random=-0.5, heuristic=0.0)
+    half = 1.96 * 0.05
+    runs = [_summary("outcome", 0, -0.40, half), _summary("hybrid", 0, -0.20, half), _summary("hybrid", 1, -0.10, half),
+            _summary("shuffled", 0, -0.30, half), _summary("shuffled", 1, -0.30, half)]
+    table = report.games_table(runs, {"liars_dice": reference}, "shuffled", "hybrid").splitlines()
+    assert table[0].startswith("| game | seeds | hybrid | shuffled | shuffled minus hybrid, over seeds |")
+    # Normalised: hybrid 0.6, 0.8; shuffled 0.4, 0.4 (outcome, unpaired with the control's reference, is left out).
+    # Differences -0.2, -0.4: mean -0.3; over deals 1.96 * sqrt(4 * 0.1^2) / 2 = 0.196.
+    cells = [c.strip() for c in table[2].strip("|").split("|")]
+    assert cells[:2] == ["liars_dice", "2"]
+    assert cells[5] == "-0.300 [-0.496, -0.104]"
