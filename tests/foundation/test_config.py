@@ -85,7 +85,7 @@ def test_override_values_are_yaml_typed() -> None:
         (["nonsense.key=1"], "nonsense: unknown key (allowed: run, model,"),
         (["model.path=/no/such/model"], "model.path='/no/such/model': no model directory"),
         (["game.name=chess"], "game.name='chess': unknown game 'chess' (allowed:"),
-        (["algorithm.advantage_mode=both"], "algorithm.advantage_mode='both': unknown advantage estimator 'both' (allowed: hybrid, outcome, process)"),
+        (["algorithm.advantage_mode=both"], "algorithm.advantage_mode='both': unknown advantage estimator 'both' (allowed: hybrid, outcome, process, shuffled)"),
         (["reasoning.depth=3"], "reasoning.depth=3: Input should be 0, 1 or 2"),
         (["algorithm.format_penalty=-1.0"], "algorithm.format_penalty=-1.0:"),
         (["algorithm.format_penalty=-2.0"], "algorithm.format_penalty=-2.0:"),
