@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from strat import metrics
 from strat.cluster.storage import NONCE_PREFIX
 from tests.reliability.conftest import DEFAULT, small_overrides
 
