@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\n{config}:\n")
             print(diagnostics_table(args.runs / config, [args.reference_arm, args.arm], args.seeds))
         print()
-        print(ablation_section(summaries, reference="outcome", where=f"{args.summaries}/"))
+        print(ablation_section(summaries, reference=args.reference_arm, where=f"{args.summaries}/"))
         return 0
     print(ablation_section(summaries, reference="outcome", where=f"{args.summaries}/"))
     print()
