@@ -12,8 +12,9 @@ score for a turn that predicts a forced move, `comparison.skip_forced`); `target
 opponents' estimated policy and the posterior, `comparison.prediction_target=policy`, `belief_target=posterior`);
 `targets-segment` (that, with credit by segment, `algorithm.credit=segment`); `targets-state` and
 `targets-segment-state` (those two with the process score compared at the same information state,
-`algorithm.process_baseline=state`); `depth0`, `depth1`, `depth2` (reasoning depth;
-at depth 0 no section can be compared, so the process term is 0 and the hybrid advantage is the outcome's);
+`algorithm.process_baseline=state`); `outcome-history` and `hybrid-history` (outcome-only and the hybrid with the
+outcome term's baseline the mean return at the same history, `algorithm.baseline=history`); `depth0`, `depth1`,
+`depth2` (reasoning depth; at depth 0 no section can be compared, so the process term is 0 and the hybrid advantage is the outcome's);
 `clipped` and `fiberpo` (policy loss); `dph-js` and `dph-fkl` (DPH-RL's divergence to the initial policy);
 `as-configured` (the config's own settings, whatever its advantage), `league-uniform` and `league-pfsp` (the default
 Kuhn mix with its snapshot opponent replaced by a league of the last 4 snapshots, drawn uniformly or by PFSP; group
@@ -100,6 +101,8 @@ ARMS: tuple[Arm, ...] = (
     Arm("targets-segment", (HYBRID, *TARGETS, "algorithm.credit=segment"), seeds=(0, 1, 2, 3, 4)),
     Arm("targets-state", (HYBRID, *TARGETS, STATE), seeds=(0, 1, 2, 3, 4)),
     Arm("targets-segment-state", (HYBRID, *TARGETS, "algorithm.credit=segment", STATE), seeds=(0, 1, 2, 3, 4)),
+    Arm("outcome-history", ("algorithm.advantage_mode=outcome", "algorithm.baseline=history"), seeds=(0, 1, 2, 3, 4)),
+    Arm("hybrid-history", (HYBRID, "algorithm.baseline=history"), seeds=(0, 1, 2, 3, 4)),
     Arm("depth0", (HYBRID, "reasoning.depth=0")),
     Arm("depth1", (HYBRID, "reasoning.depth=1")),
     Arm("depth2", (HYBRID, "reasoning.depth=2")),
@@ -117,6 +120,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "advantage": (ABLATION_REFERENCE, "outcome", "process", "hybrid-lam0.25", "skip-forced"),
     "scoring": (ABLATION_REFERENCE, "outcome", "targets", "targets-segment"),
     "state": (ABLATION_REFERENCE, "outcome", "targets-state", "targets-segment-state"),
+    "history": (ABLATION_REFERENCE, "outcome", "outcome-history", "hybrid-history"),
     "depth": (ABLATION_REFERENCE, "depth0", "depth1", "depth2"),
     "loss": (ABLATION_REFERENCE, "clipped", "fiberpo"),
     "dph": (ABLATION_REFERENCE, "dph-js", "dph-fkl"),

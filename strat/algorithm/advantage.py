@@ -13,7 +13,7 @@ from strat.algorithm.estimators import advantage_estimator
 from strat.algorithm.records import Episode, ScoredEpisode, TrainSample, Turn, TurnScore
 from strat.algorithm.segments import BELIEF_SPAN
 
-Baseline = Literal["group", "ema"]
+Baseline = Literal["group", "ema", "history"]
 PenaltyScope = Literal["game", "turn"]
 Credit = Literal["response", "segment"]
 ProcessBaseline = Literal["group", "state"]
@@ -34,7 +34,10 @@ class AdvantageConfig:
     lam: float = 0.5
     """Weight of the process term in hybrid mode."""
     baseline: Baseline = "group"
-    """`group`: normalise returns within the group; `ema`: subtract a per-(game, role) running mean (SPIRAL)."""
+    """`group`: normalise returns within the group; `ema`: subtract a per-(game, role) running mean (SPIRAL);
+    `history`: a turn's return minus the mean return of its statistics group's turns at the same history (the same
+    deal and the same moves so far), over the group's spread (`history_outcome_terms`): each move is compared with
+    the other moves made where it was made, not with games that went elsewhere before it."""
     ema_decay: float = 0.95
     eps: float = 1e-6
     per_role: bool = True
@@ -63,6 +66,8 @@ class AdvantageConfig:
     def __post_init__(self) -> None:
         if self.credit not in ("response", "segment"):
             raise ValueError(f"unknown credit {self.credit!r} (allowed: response, segment)")
+        if self.baseline not in ("group", "ema", "history"):
+            raise ValueError(f"unknown baseline {self.baseline!r} (allowed: group, ema, history)")
         if self.process_baseline not in ("group", "state"):
             raise ValueError(f"unknown process_baseline {self.process_baseline!r} (allowed: group, state)")
 
@@ -180,6 +185,35 @@ def advantage_terms(
     process = torch.zeros_like(scores)
     process[comparable] = normalise(scores[comparable], eps)
     return outcome, process
+
+
+def history_outcome_terms(
+    returns: torch.Tensor, turn_episode: torch.Tensor, histories: Sequence[tuple[str, ...] | None], eps: float
+) -> torch.Tensor:
+    """The outcome terms [N] of one statistics group's ego turns under `baseline: history`.
+
+    `returns` [G] per member (or per turn, with `penalty_scope: turn`), `turn_episode` [N] the index into `returns`
+    of each turn, `histories` [N] each turn's history key (None where unknown). A turn's term is its return minus the
+    mean return of the group's turns with the same history (itself included), over the population std of `returns`
+    plus `eps`: the group's scale, so that the first move, which every member makes at the same history, gets its
+    group-normalised return exactly. A turn alone at its history has nothing to be compared with and gets 0; a turn
+    whose history is unknown gets its group-normalised return; all terms are 0 where the returns have no spread.
+    """
+    turn_returns = returns[turn_episode]
+    terms = normalise(returns, eps)[turn_episode]
+    if returns.numel() == 0 or bool(torch.all(returns == returns[0])):
+        return terms
+    scale = returns.std(correction=0) + eps
+    rows: dict[tuple[str, ...], list[int]] = {}
+    for row, history in enumerate(histories):
+        if history is not None:
+            rows.setdefault(history, []).append(row)
+    for members in rows.values():
+        index = torch.tensor(members, dtype=torch.long)
+        values = turn_returns[index]
+        centred = values - values.mean() if not bool(torch.all(values == values[0])) else torch.zeros_like(values)
+        terms[index] = centred / scale
+    return terms
 
 
 TurnKey = tuple[str, str, int]
@@ -411,6 +445,9 @@ def compute_advantages(
             config.eps,
             member_baseline,
         )
+        if config.baseline == "history":
+            outcome = history_outcome_terms(returns, turn_episode, [_history(scored.episode, turn) for _, scored, turn
+                                                                    in turns], config.eps)
         given: dict[str, torch.Tensor] | None = None
         if by_state is not None:
             keys = [(scored.episode.episode_id, turn.agent, turn.turn_index) for _, scored, turn in turns]
@@ -472,6 +509,16 @@ def compute_advantages(
         unspanned_turns=unspanned,
     )
     return samples, stats
+
+
+def _history(episode: Episode, turn: Turn) -> tuple[str, ...] | None:
+    """A turn's history key for `baseline: history`: its information state and the other agents' private information
+    (within a group, whose members share the deal, the game's full state when the turn is played); None where the
+    information state is unknown."""
+    if not turn.info_state:
+        return None
+    others = tuple(f"{who}={what}" for who, what in sorted(episode.private_info.items()) if who != turn.agent)
+    return (turn.info_state, *others)
 
 
 def _token_advantages(values: list[float] | None, advantage: float) -> tuple[float, ...]:

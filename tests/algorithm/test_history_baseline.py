@@ -1,0 +1,104 @@
+"""The history baseline of the outcome term (`algorithm.baseline: history`): a turn's return is compared with the
+returns of its group's turns at the same history (same deal, same moves so far), so a second move is judged against
+the other second moves made where it was made, not against games in which the first move went elsewhere."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from strat.algorithm.advantage import AdvantageConfig, compute_advantages, history_outcome_terms, normalise
+from strat.algorithm.records import ScoredEpisode
+from strat.config_loading import load_config
+from strat.errors import ConfigError
+from strat.train.settings import advantage_config
+
+from .helpers import episode, turn
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _game(name: str, moves: list[tuple[str, str]], ret: float, group: str = "g") -> ScoredEpisode:
+    """A Kuhn-like game of player_1 (the ego seat here) holding the Queen against the King: `moves` its
+    (information state, move) turns; player_1's return `ret`."""
+    turns = [dataclasses.replace(turn("player_1", index, move, episode_id=name), info_state=state)
+             for index, (state, move) in enumerate(moves)]
+    ep = episode(name, group, turns, {"player_0": -ret, "player_1": ret}, ego=("player_1",),
+                 private_info={"player_0": "K", "player_1": "Q"})
+    return ScoredEpisode(ep, ())
+
+
+def _group() -> list[ScoredEpisode]:
+    """Four games of one deal. In two the opponent checked and player_1 checked back (its first move, at '1p':
+    return -1 each); in two the opponent bet and player_1, at '1b', called (-2) or folded (-1)."""
+    return [_game("a", [("1p", "check")], -1.0), _game("b", [("1p", "check")], -1.0),
+            _game("c", [("1b", "call")], -2.0), _game("d", [("1b", "fold")], -1.0)]
+
+
+def _by_episode(config: AdvantageConfig, episodes: list[ScoredEpisode]) -> dict[str, float]:
+    samples, _ = compute_advantages(episodes, config)
+    return {s.episode_id: s.advantage for s in samples}
+
+
+def test_the_group_baseline_blames_the_fold_for_being_bet_into() -> None:
+    # Returns (-1, -1, -2, -1): mean -1.25, population std sqrt(3)/4 = 0.4330.
+    group = _by_episode(AdvantageConfig(mode="outcome", eps=0.0), _group())
+    assert group == pytest.approx({"a": 0.25 / 0.4330127, "b": 0.25 / 0.4330127, "c": -0.75 / 0.4330127,
+                                   "d": 0.25 / 0.4330127})
+
+
+def test_the_history_baseline_compares_moves_made_at_the_same_history() -> None:
+    # '1p': both -1, no spread -> 0 and 0. '1b': (-2, -1), mean -1.5 -> -0.5, +0.5; over the group's std 0.4330.
+    history = _by_episode(AdvantageConfig(mode="outcome", eps=0.0, baseline="history"), _group())
+    assert history == pytest.approx({"a": 0.0, "b": 0.0, "c": -0.5 / 0.4330127, "d": 0.5 / 0.4330127})
+
+
+def test_the_first_move_gets_exactly_the_group_normalised_return() -> None:
+    returns = torch.tensor([1.0, -1.0, 2.0, 0.0], dtype=torch.float64)
+    first = history_outcome_terms(returns, torch.arange(4), [("0",)] * 4, 1e-6)
+    assert torch.allclose(first, normalise(returns, 1e-6))
+
+
+def test_a_later_turn_is_judged_by_what_followed_it() -> None:
+    # Two members, two turns each. Their first moves share a history; the second turns sit at different histories
+    # (the opponent answered differently), each alone there -> 0. Unknown histories keep the group term.
+    returns = torch.tensor([2.0, -2.0], dtype=torch.float64)
+    turn_episode = torch.tensor([0, 0, 1, 1])
+    terms = history_outcome_terms(returns, turn_episode, [("0",), ("0pb",), ("0",), None], 0.0)
+    assert terms.tolist() == pytest.approx([1.0, 0.0, -1.0, -1.0])
+
+
+def test_no_spread_gives_zeros_and_a_lone_turn_gives_zero() -> None:
+    flat = history_outcome_terms(torch.tensor([1.0, 1.0]), torch.tensor([0, 1]), [("x",), ("y",)], 1e-6)
+    assert flat.tolist() == [0.0, 0.0]
+    lone = history_outcome_terms(torch.tensor([3.0]), torch.tensor([0]), [("x",)], 1e-6)
+    assert lone.tolist() == [0.0]
+
+
+def test_the_deal_is_part_of_the_history() -> None:
+    # The same information state against different private cards of the opponent is not the same history.
+    one = _game("a", [("1b", "call")], -2.0)
+    two = dataclasses.replace(_game("b", [("1b", "call")], 2.0).episode, private_info={"player_0": "J",
+                                                                                       "player_1": "Q"})
+    samples, _ = compute_advantages([one, ScoredEpisode(two, ())],
+                                    AdvantageConfig(mode="outcome", eps=0.0, baseline="history"))
+    assert [s.advantage for s in samples] == [0.0, 0.0]
+
+
+def test_the_process_term_is_added_unchanged() -> None:
+    # Hybrid: the history-based outcome term plus lam times the process term, as under the group baseline.
+    hybrid = _by_episode(AdvantageConfig(mode="hybrid", lam=0.5, eps=0.0, baseline="history"), _group())
+    outcome = _by_episode(AdvantageConfig(mode="outcome", eps=0.0, baseline="history"), _group())
+    assert hybrid == pytest.approx(outcome)  # no scored turns: the process term is 0 everywhere
+
+
+def test_the_config_key_and_its_refusal() -> None:
+    config = load_config(ROOT / "configs" / "kuhn_poker_tiny.yaml", ["algorithm.baseline=history"])
+    assert advantage_config(config).baseline == "history"
+    with pytest.raises(ConfigError, match="baseline"):
+        load_config(ROOT / "configs" / "kuhn_poker_tiny.yaml", ["algorithm.baseline=histories"])
+    with pytest.raises(ValueError, match="unknown baseline"):
+        AdvantageConfig(baseline="value")  # type: ignore[arg-type]
