@@ -512,13 +512,13 @@ def compute_advantages(
 
 
 def _history(episode: Episode, turn: Turn) -> tuple[str, ...] | None:
-    """A turn's history key for `baseline: history`: its information state and the other agents' private information
-    (within a group, whose members share the deal, the game's full state when the turn is played); None where the
-    information state is unknown."""
+    """A turn's history key for `baseline: history`: its seat, information state and the other agents' private
+    information (within a group, whose members share the deal, the game's full state when the turn is played); None
+    where the information state is unknown."""
     if not turn.info_state:
         return None
     others = tuple(f"{who}={what}" for who, what in sorted(episode.private_info.items()) if who != turn.agent)
-    return (turn.info_state, *others)
+    return (turn.agent, turn.info_state, *others)
 
 
 def _token_advantages(values: list[float] | None, advantage: float) -> tuple[float, ...]:

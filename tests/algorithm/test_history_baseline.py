@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from strat.algorithm.advantage import AdvantageConfig, compute_advantages, history_outcome_terms, normalise
-from strat.algorithm.records import ScoredEpisode
+from strat.algorithm.records import ScoredEpisode, TurnScore
 from strat.config_loading import load_config
 from strat.errors import ConfigError
 from strat.train.settings import advantage_config
@@ -88,11 +88,29 @@ def test_the_deal_is_part_of_the_history() -> None:
     assert [s.advantage for s in samples] == [0.0, 0.0]
 
 
+def test_two_seats_at_the_same_information_state_are_not_pooled() -> None:
+    # Without per-role statistics both seats share one statistics group; equal information-state strings of the two
+    # seats are still two histories: each seat's turn is alone at its own and gets 0.
+    turns = [dataclasses.replace(turn(agent, index, episode_id="a"), info_state="s")
+             for index, agent in enumerate(("player_0", "player_1"))]
+    ep = episode("a", "g", turns, {"player_0": 1.0, "player_1": -1.0}, ego=("player_0", "player_1"))
+    samples, _ = compute_advantages([ScoredEpisode(ep, ())],
+                                    AdvantageConfig(mode="outcome", eps=0.0, baseline="history", per_role=False))
+    assert [s.advantage for s in samples] == [0.0, 0.0]
+    group, _ = compute_advantages([ScoredEpisode(ep, ())], AdvantageConfig(mode="outcome", eps=0.0, per_role=False))
+    assert [s.advantage for s in group] == [1.0, -1.0]
+
+
 def test_the_process_term_is_added_unchanged() -> None:
-    # Hybrid: the history-based outcome term plus lam times the process term, as under the group baseline.
-    hybrid = _by_episode(AdvantageConfig(mode="hybrid", lam=0.5, eps=0.0, baseline="history"), _group())
-    outcome = _by_episode(AdvantageConfig(mode="outcome", eps=0.0, baseline="history"), _group())
-    assert hybrid == pytest.approx(outcome)  # no scored turns: the process term is 0 everywhere
+    # Hybrid: the history-based outcome term plus lam times the group-normalised process term. Games c and d are
+    # scored 0.8 and 0.2 (normalised +1, -1), a and b unscored (0).
+    def with_score(game: ScoredEpisode, score: float) -> ScoredEpisode:
+        return ScoredEpisode(game.episode, (TurnScore("player_1", 0, score, None, None, score, True),))
+
+    games = _group()
+    games[2], games[3] = with_score(games[2], 0.8), with_score(games[3], 0.2)
+    hybrid = _by_episode(AdvantageConfig(mode="hybrid", lam=0.5, eps=0.0, baseline="history"), games)
+    assert hybrid == pytest.approx({"a": 0.0, "b": 0.0, "c": -0.5 / 0.4330127 + 0.5, "d": 0.5 / 0.4330127 - 0.5})
 
 
 def test_the_config_key_and_its_refusal() -> None:
