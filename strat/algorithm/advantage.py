@@ -3,6 +3,7 @@ the registered estimator `strat.algorithm.estimators` names (hybrid by default).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -97,6 +98,9 @@ class AdvantageStats:
     (belief line, `<predict>`, `<their_view>`); None under response credit or with no such token."""
     unspanned_turns: int = 0
     """Credit by segment: turns whose section spans are unknown, which get the response's advantage on every token."""
+    history_alone_turns: int | None = None
+    """`baseline: history`: turns alone at their history in their statistics group, whose outcome term is 0 (None
+    under the other baselines)."""
 
 
 def zero_spread_group_ids(episodes: Sequence[Episode], penalty_scope: PenaltyScope = "game") -> list[str]:
@@ -410,7 +414,7 @@ def compute_advantages(
         else None
     samples: list[TrainSample] = []
     singleton = zero_spread = zero_process = zero_signal_groups = dropped = total_turns = comparable_turns = 0
-    spanned_tokens = scored_tokens = unspanned = 0
+    spanned_tokens = scored_tokens = unspanned = alone = 0
     outcome_terms: list[float] = []
     process_terms: list[float] = []
     for members in buckets.values():
@@ -446,8 +450,10 @@ def compute_advantages(
             member_baseline,
         )
         if config.baseline == "history":
-            outcome = history_outcome_terms(returns, turn_episode, [_history(scored.episode, turn) for _, scored, turn
-                                                                    in turns], config.eps)
+            histories = [_history(scored.episode, turn) for _, scored, turn in turns]
+            outcome = history_outcome_terms(returns, turn_episode, histories, config.eps)
+            counts = Counter(history for history in histories if history is not None)
+            alone += sum(1 for history in histories if history is not None and counts[history] == 1)
         given: dict[str, torch.Tensor] | None = None
         if by_state is not None:
             keys = [(scored.episode.episode_id, turn.agent, turn.turn_index) for _, scored, turn in turns]
@@ -507,6 +513,7 @@ def compute_advantages(
         process_outcome_corr=correlation(outcome_terms, process_terms),
         segment_tokens_frac=scored_tokens / spanned_tokens if spanned_tokens else None,
         unspanned_turns=unspanned,
+        history_alone_turns=alone if config.baseline == "history" else None,
     )
     return samples, stats
 

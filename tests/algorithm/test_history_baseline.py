@@ -15,6 +15,7 @@ from strat.algorithm.records import ScoredEpisode, TurnScore
 from strat.config_loading import load_config
 from strat.errors import ConfigError
 from strat.train.settings import advantage_config
+from strat.train.step_metrics import advantage_metrics
 
 from .helpers import episode, turn
 
@@ -54,6 +55,16 @@ def test_the_history_baseline_compares_moves_made_at_the_same_history() -> None:
     # '1p': both -1, no spread -> 0 and 0. '1b': (-2, -1), mean -1.5 -> -0.5, +0.5; over the group's std 0.4330.
     history = _by_episode(AdvantageConfig(mode="outcome", eps=0.0, baseline="history"), _group())
     assert history == pytest.approx({"a": 0.0, "b": 0.0, "c": -0.5 / 0.4330127, "d": 0.5 / 0.4330127})
+
+
+def test_turns_alone_at_their_history_are_counted() -> None:
+    # '1p' and '1b' hold two turns each: none alone. A fifth game at '1pb' is alone there.
+    games = [*_group(), _game("e", [("1pb", "call")], -2.0)]
+    _, stats = compute_advantages(games, AdvantageConfig(mode="outcome", eps=0.0, baseline="history"))
+    assert stats.history_alone_turns == 1
+    assert advantage_metrics(stats)["adv/history_alone_frac"] == pytest.approx(1 / 5)
+    _, plain = compute_advantages(games, AdvantageConfig(mode="outcome", eps=0.0))
+    assert plain.history_alone_turns is None and "adv/history_alone_frac" not in advantage_metrics(plain)
 
 
 def test_the_first_move_gets_exactly_the_group_normalised_return() -> None:
