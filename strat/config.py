@@ -607,9 +607,9 @@ class AlgorithmConfig(_Section):
     baseline: Literal["group", "ema", "history"] = "group"
     """The outcome term's baseline: `group`, the group's returns normalised (GRPO); `ema`, SPIRAL-style
     role-conditioned running means; `history`, each turn's return minus the mean return of its group's turns (same
-    seat) at the same history, the same deal and moves so far, over the group's spread: a move is
-    compared with the moves made where it was made (a turn alone at its history gets 0; the first move gets exactly
-    the group-normalised return)."""
+    seat) at the same history, the same deal and moves so far, over the group's spread: a move is compared with the
+    moves made where it was made (a turn alone at its history keeps the group term; the first move gets exactly the
+    group-normalised return)."""
     ema_decay: float = Field(0.95, gt=0.0, lt=1.0)
     """Decay of the role-conditioned EMA baselines (baseline=ema)."""
     clip_eps_low: float = Field(0.2, gt=0.0, lt=1.0)

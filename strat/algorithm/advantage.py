@@ -99,8 +99,8 @@ class AdvantageStats:
     unspanned_turns: int = 0
     """Credit by segment: turns whose section spans are unknown, which get the response's advantage on every token."""
     history_alone_turns: int | None = None
-    """`baseline: history`: turns alone at their history in their statistics group, whose outcome term is 0 (None
-    under the other baselines)."""
+    """`baseline: history`: turns alone at their history in their statistics group, which keep the group's outcome
+    term (None under the other baselines)."""
 
 
 def zero_spread_group_ids(episodes: Sequence[Episode], penalty_scope: PenaltyScope = "game") -> list[str]:
@@ -200,8 +200,9 @@ def history_outcome_terms(
     of each turn, `histories` [N] each turn's history key (None where unknown). A turn's term is its return minus the
     mean return of the group's turns with the same history (itself included), over the population std of `returns`
     plus `eps`: the group's scale, so that the first move, which every member makes at the same history, gets its
-    group-normalised return exactly. A turn alone at its history has nothing to be compared with and gets 0; a turn
-    whose history is unknown gets its group-normalised return; all terms are 0 where the returns have no spread.
+    group-normalised return exactly. A turn alone at its history, or whose history is unknown, has no other move
+    to be compared with and keeps its group-normalised return (a zero there would stop learning at the rare
+    histories, where a game's last moves are made); all terms are 0 where the returns have no spread.
     """
     turn_returns = returns[turn_episode]
     terms = normalise(returns, eps)[turn_episode]
@@ -213,6 +214,8 @@ def history_outcome_terms(
         if history is not None:
             rows.setdefault(history, []).append(row)
     for members in rows.values():
+        if len(members) < 2:
+            continue
         index = torch.tensor(members, dtype=torch.long)
         values = turn_returns[index]
         centred = values - values.mean() if not bool(torch.all(values == values[0])) else torch.zeros_like(values)

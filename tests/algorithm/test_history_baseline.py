@@ -5,6 +5,7 @@ the other second moves made where it was made, not against games in which the fi
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -74,42 +75,47 @@ def test_the_first_move_gets_exactly_the_group_normalised_return() -> None:
 
 
 def test_a_later_turn_is_judged_by_what_followed_it() -> None:
-    # Two members, two turns each. Their first moves share a history; the second turns sit at different histories
-    # (the opponent answered differently), each alone there -> 0. Unknown histories keep the group term.
-    returns = torch.tensor([2.0, -2.0], dtype=torch.float64)
-    turn_episode = torch.tensor([0, 0, 1, 1])
-    terms = history_outcome_terms(returns, turn_episode, [("0",), ("0pb",), ("0",), None], 0.0)
-    assert terms.tolist() == pytest.approx([1.0, 0.0, -1.0, -1.0])
+    # Three members of returns (3, 1, -1): mean 1, population std sqrt(8/3) = 1.633. Their first moves share a history
+    # (group terms +1.225, 0, -1.225). The second turns of members 0 and 1 share a history: (3, 1) centred on 2 ->
+    # +1, -1, over 1.633. Member 2's second turn is alone at its history and keeps its group term; so does a turn
+    # whose history is unknown.
+    returns = torch.tensor([3.0, 1.0, -1.0], dtype=torch.float64)
+    turn_episode = torch.tensor([0, 0, 1, 1, 2, 2, 2])
+    histories = [("0",), ("0pb",), ("0",), ("0pb",), ("0",), ("0pp",), None]
+    terms = history_outcome_terms(returns, turn_episode, histories, 0.0)
+    std = math.sqrt(8 / 3)
+    assert terms.tolist() == pytest.approx([2 / std, 1 / std, 0.0, -1 / std, -2 / std, -2 / std, -2 / std])
 
 
-def test_no_spread_gives_zeros_and_a_lone_turn_gives_zero() -> None:
+def test_no_spread_gives_zeros_and_a_lone_turn_keeps_its_group_term() -> None:
     flat = history_outcome_terms(torch.tensor([1.0, 1.0]), torch.tensor([0, 1]), [("x",), ("y",)], 1e-6)
     assert flat.tolist() == [0.0, 0.0]
-    lone = history_outcome_terms(torch.tensor([3.0]), torch.tensor([0]), [("x",)], 1e-6)
-    assert lone.tolist() == [0.0]
+    apart = history_outcome_terms(torch.tensor([1.0, -1.0]), torch.tensor([0, 1]), [("x",), ("y",)], 0.0)
+    assert apart.tolist() == pytest.approx([1.0, -1.0])
 
 
 def test_the_deal_is_part_of_the_history() -> None:
-    # The same information state against different private cards of the opponent is not the same history.
-    one = _game("a", [("1b", "call")], -2.0)
-    two = dataclasses.replace(_game("b", [("1b", "call")], 2.0).episode, private_info={"player_0": "J",
-                                                                                       "player_1": "Q"})
-    samples, _ = compute_advantages([one, ScoredEpisode(two, ())],
-                                    AdvantageConfig(mode="outcome", eps=0.0, baseline="history"))
-    assert [s.advantage for s in samples] == [0.0, 0.0]
+    # The same information state against different private cards of the opponent is not the same history: with
+    # another game at each (returns -2, -1 against the King; +2, +1 against the Jack), each pair is centred apart.
+    def against_jack(game: ScoredEpisode) -> ScoredEpisode:
+        return ScoredEpisode(dataclasses.replace(game.episode, private_info={"player_0": "J", "player_1": "Q"}), ())
+
+    games = [_game("a", [("1b", "call")], -2.0), _game("b", [("1b", "call")], -1.0),
+             against_jack(_game("c", [("1b", "call")], 2.0)), against_jack(_game("d", [("1b", "call")], 1.0))]
+    history = _by_episode(AdvantageConfig(mode="outcome", eps=0.0, baseline="history"), games)
+    std = math.sqrt(2.5)  # returns (-2, -1, 2, 1): mean 0, population variance 2.5
+    assert history == pytest.approx({"a": -0.5 / std, "b": 0.5 / std, "c": 0.5 / std, "d": -0.5 / std})
 
 
 def test_two_seats_at_the_same_information_state_are_not_pooled() -> None:
     # Without per-role statistics both seats share one statistics group; equal information-state strings of the two
-    # seats are still two histories: each seat's turn is alone at its own and gets 0.
+    # seats are still two histories: each seat's turn is alone at its own.
     turns = [dataclasses.replace(turn(agent, index, episode_id="a"), info_state="s")
              for index, agent in enumerate(("player_0", "player_1"))]
     ep = episode("a", "g", turns, {"player_0": 1.0, "player_1": -1.0}, ego=("player_0", "player_1"))
-    samples, _ = compute_advantages([ScoredEpisode(ep, ())],
-                                    AdvantageConfig(mode="outcome", eps=0.0, baseline="history", per_role=False))
-    assert [s.advantage for s in samples] == [0.0, 0.0]
-    group, _ = compute_advantages([ScoredEpisode(ep, ())], AdvantageConfig(mode="outcome", eps=0.0, per_role=False))
-    assert [s.advantage for s in group] == [1.0, -1.0]
+    _, stats = compute_advantages([ScoredEpisode(ep, ())],
+                                  AdvantageConfig(mode="outcome", eps=0.0, baseline="history", per_role=False))
+    assert stats.history_alone_turns == 2  # pooled, they would be one history of two turns
 
 
 def test_the_process_term_is_added_unchanged() -> None:
