@@ -10,6 +10,7 @@ from typing import Literal
 
 import torch
 
+from strat.algorithm.baselines import history_key, history_outcome_terms, normalise
 from strat.algorithm.estimators import advantage_estimator
 from strat.algorithm.records import Episode, ScoredEpisode, TrainSample, Turn, TurnScore
 from strat.algorithm.segments import BELIEF_SPAN
@@ -148,14 +149,6 @@ def replace_zero_spread_groups(
     return out, len(swaps)
 
 
-def normalise(values: torch.Tensor, eps: float) -> torch.Tensor:
-    """(x - mean) / (population std + eps); exactly zero when all values are equal or there is only one."""
-    if values.numel() == 0 or bool(torch.all(values == values[0])):
-        # Rounding in the mean would otherwise turn equal values into tiny, eps-amplified advantages.
-        return torch.zeros_like(values)
-    return (values - values.mean()) / (values.std(correction=0) + eps)
-
-
 def group_advantages(
     returns: torch.Tensor,
     turn_episode: torch.Tensor,
@@ -189,38 +182,6 @@ def advantage_terms(
     process = torch.zeros_like(scores)
     process[comparable] = normalise(scores[comparable], eps)
     return outcome, process
-
-
-def history_outcome_terms(
-    returns: torch.Tensor, turn_episode: torch.Tensor, histories: Sequence[tuple[str, ...] | None], eps: float
-) -> torch.Tensor:
-    """The outcome terms [N] of one statistics group's ego turns under `baseline: history`.
-
-    `returns` [G] per member (or per turn, with `penalty_scope: turn`), `turn_episode` [N] the index into `returns`
-    of each turn, `histories` [N] each turn's history key (None where unknown). A turn's term is its return minus the
-    mean return of the group's turns with the same history (itself included), over the population std of `returns`
-    plus `eps`: the group's scale, so that the first move, which every member makes at the same history, gets its
-    group-normalised return exactly. A turn alone at its history, or whose history is unknown, has no other move
-    to be compared with and keeps its group-normalised return (a zero there would stop learning at the rare
-    histories, where a game's last moves are made); all terms are 0 where the returns have no spread.
-    """
-    turn_returns = returns[turn_episode]
-    terms = normalise(returns, eps)[turn_episode]
-    if returns.numel() == 0 or bool(torch.all(returns == returns[0])):
-        return terms
-    scale = returns.std(correction=0) + eps
-    rows: dict[tuple[str, ...], list[int]] = {}
-    for row, history in enumerate(histories):
-        if history is not None:
-            rows.setdefault(history, []).append(row)
-    for members in rows.values():
-        if len(members) < 2:
-            continue
-        index = torch.tensor(members, dtype=torch.long)
-        values = turn_returns[index]
-        centred = values - values.mean() if not bool(torch.all(values == values[0])) else torch.zeros_like(values)
-        terms[index] = centred / scale
-    return terms
 
 
 TurnKey = tuple[str, str, int]
@@ -453,7 +414,7 @@ def compute_advantages(
             member_baseline,
         )
         if config.baseline == "history":
-            histories = [_history(scored.episode, turn) for _, scored, turn in turns]
+            histories = [history_key(scored.episode, turn) for _, scored, turn in turns]
             outcome = history_outcome_terms(returns, turn_episode, histories, config.eps)
             counts = Counter(history for history in histories if history is not None)
             alone += sum(1 for history in histories if history is not None and counts[history] == 1)
@@ -519,16 +480,6 @@ def compute_advantages(
         history_alone_turns=alone if config.baseline == "history" else None,
     )
     return samples, stats
-
-
-def _history(episode: Episode, turn: Turn) -> tuple[str, ...] | None:
-    """A turn's history key for `baseline: history`: its seat, information state and the other agents' private
-    information (within a group, whose members share the deal, the game's full state when the turn is played); None
-    where the information state is unknown."""
-    if not turn.info_state:
-        return None
-    others = tuple(f"{who}={what}" for who, what in sorted(episode.private_info.items()) if who != turn.agent)
-    return (turn.agent, turn.info_state, *others)
 
 
 def _token_advantages(values: list[float] | None, advantage: float) -> tuple[float, ...]:

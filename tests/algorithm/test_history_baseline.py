@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from strat.algorithm.advantage import AdvantageConfig, compute_advantages, history_outcome_terms, normalise
+from strat.algorithm.advantage import AdvantageConfig, compute_advantages
+from strat.algorithm.baselines import history_outcome_terms, normalise
 from strat.algorithm.records import ScoredEpisode, TurnScore
 from strat.config_loading import load_config
 from strat.errors import ConfigError
