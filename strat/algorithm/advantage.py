@@ -10,7 +10,7 @@ from typing import Literal
 
 import torch
 
-from strat.algorithm.baselines import history_key, history_outcome_terms, normalise
+from strat.algorithm.baselines import history_key, history_outcome_terms, normalise, others_private_info
 from strat.algorithm.estimators import advantage_estimator
 from strat.algorithm.records import Episode, ScoredEpisode, TrainSample, Turn, TurnScore
 from strat.algorithm.segments import BELIEF_SPAN
@@ -209,7 +209,7 @@ def state_process_terms(
                 score = scored.score_of(turn.turn_index)
                 if score is None or not score.comparable:
                     continue
-                others = tuple(sorted((who, what) for who, what in episode.private_info.items() if who != agent))
+                others = others_private_info(episode, agent)
                 where = ("state", episode.game, role, turn.info_state, others) if turn.info_state else \
                     ("group", episode.group_id, role)
                 key = (episode.episode_id, agent, turn.turn_index)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import torch
 
@@ -18,8 +18,12 @@ def normalise(values: torch.Tensor, eps: float) -> torch.Tensor:
     return (values - values.mean()) / (values.std(correction=0) + eps)
 
 
+HistoryKey = Hashable
+"""A turn's history within its group (`history_key`); tests may use any hashable."""
+
+
 def history_outcome_terms(
-    returns: torch.Tensor, turn_episode: torch.Tensor, histories: Sequence[tuple[str, ...] | None], eps: float
+    returns: torch.Tensor, turn_episode: torch.Tensor, histories: Sequence[HistoryKey | None], eps: float
 ) -> torch.Tensor:
     """The outcome terms [N] of one statistics group's ego turns under `baseline: history`.
 
@@ -36,7 +40,7 @@ def history_outcome_terms(
     if returns.numel() == 0 or bool(torch.all(returns == returns[0])):
         return terms
     scale = returns.std(correction=0) + eps
-    rows: dict[tuple[str, ...], list[int]] = {}
+    rows: dict[HistoryKey, list[int]] = {}
     for row, history in enumerate(histories):
         if history is not None:
             rows.setdefault(history, []).append(row)
@@ -50,11 +54,16 @@ def history_outcome_terms(
     return terms
 
 
-def history_key(episode: Episode, turn: Turn) -> tuple[str, ...] | None:
+def others_private_info(episode: Episode, agent: str) -> tuple[tuple[str, str], ...]:
+    """The other agents' private information in `episode`, (agent, value) sorted: with the acting agent's information
+    state, the position the central comparator sees (the state baseline) and, within a group, the game's full state."""
+    return tuple(sorted((who, what) for who, what in episode.private_info.items() if who != agent))
+
+
+def history_key(episode: Episode, turn: Turn) -> HistoryKey | None:
     """A turn's history key for `baseline: history`: its seat, information state and the other agents' private
     information (within a group, whose members share the deal, the game's full state when the turn is played); None
     where the information state is unknown."""
     if not turn.info_state:
         return None
-    others = tuple(f"{who}={what}" for who, what in sorted(episode.private_info.items()) if who != turn.agent)
-    return (turn.agent, turn.info_state, *others)
+    return (turn.agent, turn.info_state, others_private_info(episode, turn.agent))

@@ -104,7 +104,7 @@ def advantage_metrics(stats: AdvantageStats) -> dict[str, float | None]:
             "adv/segment_tokens_frac": stats.segment_tokens_frac,
             "adv/unspanned_turns_frac": stats.unspanned_turns / stats.turns if stats.turns else 0.0,
         }),
-        # The history baseline only: the share of turns alone at their history, whose outcome term is 0.
+        # The history baseline only: the share of turns alone at their history, which keep the group's term.
         **({} if stats.history_alone_turns is None else {
             "adv/history_alone_frac": stats.history_alone_turns / stats.turns if stats.turns else 0.0,
         }),
