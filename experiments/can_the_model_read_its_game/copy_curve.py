@@ -141,8 +141,12 @@ def legal_shares(model, tokenizer, held_out: list[Decision], context: str = "ful
     return shares
 
 
-def batch_loss(model, pad_id: int, batch: list[tuple[list[int], list[int]]]) -> torch.Tensor:  # noqa: ANN001
-    """Mean cross-entropy of the target tokens given their context (right-padded batch)."""
+def batch_loss(model, pad_id: int, batch: list[tuple[list[int], list[int]]],  # noqa: ANN001
+               context_weight: float = 0.0) -> torch.Tensor:
+    """Mean cross-entropy of the target tokens given their context (right-padded batch); with `context_weight`,
+    plus that weight times each example's mean next-token cross-entropy over its context (the prompt and the
+    response before the move: a language model's loss on the game's own text, where the legal-moves line follows
+    from the board and the board from the history)."""
     rows = [context + target for context, target in batch]
     width = max(map(len, rows))
     ids = torch.tensor([row + [pad_id] * (width - len(row)) for row in rows])
@@ -151,7 +155,11 @@ def batch_loss(model, pad_id: int, batch: list[tuple[list[int], list[int]]]) -> 
     losses = []
     for k, (context, target) in enumerate(batch):
         positions = torch.arange(len(context) - 1, len(context) + len(target) - 1)
-        losses.append(torch.nn.functional.cross_entropy(logits[k, positions].float(), torch.tensor(target)))
+        loss = torch.nn.functional.cross_entropy(logits[k, positions].float(), torch.tensor(target))
+        if context_weight:
+            loss = loss + context_weight * torch.nn.functional.cross_entropy(
+                logits[k, :len(context) - 1].float(), torch.tensor(context[1:]))
+        losses.append(loss)
     return torch.stack(losses).mean()
 
 
@@ -178,6 +186,9 @@ def main() -> None:
     parser.add_argument("--curriculum", default="", help="stages trained before `--examples` in the probed"
                         " context, e.g. legal:8000,user:8000 (their own decisions of the same seed; the figure stays"
                         " that of --context)")
+    parser.add_argument("--context-loss", type=float, default=0.0, help="also train the next-token loss on the"
+                        " context's tokens at this weight (each example's mean), a dense signal for reading: the"
+                        " legal-moves line is the board's free cells")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")
     args = parser.parse_args()
     if args.train_seed == 0:
@@ -196,7 +207,7 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
     print(f"{game}, depth {depth}, model {model_dir}, lr {args.lr}, batch {args.batch}, list {name_legal}, one-token"
-          f" names {args.one_token}, context {args.context}"
+          f" names {args.one_token}, context {args.context}, context loss {args.context_loss}"
           + (f", curriculum {args.curriculum}" if args.curriculum else ""), flush=True)
     started = time.monotonic()
     drawn = decisions(game, depth, sum(count for _, count in stages), args.train_seed, options, name_legal,
@@ -233,7 +244,7 @@ def main() -> None:
     model.train()
     recent: list[float] = []
     for start in range(0, len(examples), args.batch):
-        loss = batch_loss(model, tokenizer.pad_token_id, examples[start:start + args.batch])
+        loss = batch_loss(model, tokenizer.pad_token_id, examples[start:start + args.batch], args.context_loss)
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

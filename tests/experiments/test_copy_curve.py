@@ -30,21 +30,27 @@ def test_each_decision_is_cut_where_the_probe_cuts_and_answered_with_a_legal_mov
 
 def test_the_loss_is_the_targets_cross_entropy(curve, tmp_path: Path) -> None:
     """The padded batch's loss equals the mean over examples of each target's cross-entropy computed from that
-    example alone (no padding)."""
+    example alone (no padding), plus, with a context weight, that weight times the context's own mean next-token
+    cross-entropy."""
     model_dir = tiny.build("tic_tac_toe", tmp_path / "ttt", seed=0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     batch = [curve.tokenized(tokenizer, d) for d in curve.decisions("tic_tac_toe", 1, 3, seed=5, options={},
                                                                      name_legal=False)]
     assert len({len(context) for context, _ in batch}) > 1, "the examples must need padding"
-    alone = []
+    alone, with_context = [], []
     with torch.no_grad():
         for context, target in batch:
             logprobs = torch.log_softmax(model(torch.tensor([context + target])).logits[0], dim=-1)
-            alone.append(-sum(float(logprobs[len(context) - 1 + k, token]) for k, token in enumerate(target))
-                         / len(target))
+            move = -sum(float(logprobs[len(context) - 1 + k, token]) for k, token in enumerate(target)) / len(target)
+            reading = -sum(float(logprobs[k - 1, context[k]]) for k in range(1, len(context))) / (len(context) - 1)
+            alone.append(move)
+            with_context.append(move + 0.25 * reading)
         loss = curve.batch_loss(model, tokenizer.pad_token_id, batch)
+        dense = curve.batch_loss(model, tokenizer.pad_token_id, batch, context_weight=0.25)
     assert float(loss) == pytest.approx(sum(alone) / len(alone), abs=1e-4)
+    # --context-loss adds the weighted mean next-token loss of each example's own context
+    assert float(dense) == pytest.approx(sum(with_context) / len(with_context), abs=1e-4)
 
 
 def test_one_token_names_replace_every_whole_move_name(curve) -> None:
