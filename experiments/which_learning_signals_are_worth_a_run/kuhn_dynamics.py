@@ -6,6 +6,7 @@ options in seconds before spending a 10-minute LLM run on them.
         [--split-shared] [--br-estimated [--br-decay 0.5]]
         [--move-entropy 0.5] [--lr 0.5] [--shared 1 --specific 0.2] [--steps 30]
         [--seeds 5] [--group-size 8] [--groups 8] [--mix 0.6 0.2 0.2 [0.0]]
+        [--fixed timid|station|contrarian|random|P1 ... P12]
 
 The policy is one Bernoulli "bet" logit per information set (12), optionally plus a logit shared by all of them
 (`--shared`): the LLM's habit of moving every card's "bet" together, with `--specific` the card-specific learning
@@ -22,6 +23,11 @@ step's move frequencies of the learning policy, as the service's exploiter does,
 counts (its default 0 keeps none); without it, the exact policy. `--init` is the warm start's player (contrarian,
 timid, station) or uniform (random). It prints the exact exploitability (`strat.eval.exploitability`) every 5 steps
 for each seed, and the mean.
+
+`--fixed` trains against a fixed policy alone (a scripted player's table, or 12 bet probabilities in `infoset`'s
+order), the learner's seat alternating by group as in the service's `{kind: policy}` runs against a fixed checkpoint
+(issue 42): it then prints, instead of the exploitability, the learner's exact return against the fixed policy,
+seat-averaged, as a share of the best response's (the fixed policy's exploitability): the capture of issue 42's bar.
 
 It leaves out the text: reasoning tokens, the process term, PPO clipping, format failures. It reproduced what the
 LLM runs showed (the drift to betting with every card, exploitability ~0.33 at step 30 from the contrarian warm start)
@@ -120,6 +126,26 @@ def best_response(opponent: np.ndarray, seat: int) -> np.ndarray:
     return bets
 
 
+def value(first: np.ndarray, second: np.ndarray) -> float:
+    """Player 0's exact expected return when `first` plays seat 0 and `second` seat 1 (12 bet probabilities each)."""
+    total = 0.0
+    for cards in ((a, b) for a in range(CARDS) for b in range(CARDS) if a != b):
+        def walk(history: str, cards: tuple[int, int] = cards) -> float:
+            if (end := _terminal(history, cards)) is not None:
+                return end
+            seat = len(history) % 2
+            p = (first, second)[seat][infoset(cards[seat], history)]
+            return p * walk(history + "b") + (1 - p) * walk(history + "p")
+        total += walk("") / (CARDS * (CARDS - 1))
+    return total
+
+
+def return_against(policy: np.ndarray, fixed: np.ndarray) -> float:
+    """`policy`'s exact return against `fixed`, averaged over the two seats; at most `exploitability(fixed)`, which
+    the best response reaches."""
+    return (value(policy, fixed) - value(fixed, policy)) / 2
+
+
 def _play(cards: tuple[int, int], policies: tuple[np.ndarray, np.ndarray], rng: np.random.Generator):
     history, moves = "", []
     while (end := _terminal(history, cards)) is None:
@@ -149,8 +175,10 @@ def simulate(
     br_estimated: bool = False,
     br_decay: float = 0.0,
     seed: int = 0,
+    fixed: np.ndarray | None = None,
 ) -> list[tuple[int, float]]:
-    """(step, exploitability) every 5 steps and at the end, for one seed."""
+    """(step, exploitability) every 5 steps and at the end, for one seed; with `fixed` (12 bet probabilities) every
+    game is against that policy alone and the figure is the learner's `return_against` it."""
     rng = np.random.default_rng(seed)
     start = INITS[init]()
     theta, bias = np.log(start / (1 - start)), np.zeros(2)
@@ -175,9 +203,9 @@ def simulate(
         grad, count = np.zeros(theta.size), 0
         for g in range(groups):
             cards = tuple(int(c) for c in rng.permutation(CARDS)[:2])
-            kind = rng.choice(len(mix), p=np.asarray(mix) / sum(mix))
+            kind = rng.choice(len(mix), p=np.asarray(mix) / sum(mix)) if fixed is None else 4
             ego = g % 2
-            other = (current, frozen, uniform, best_response(target, 1 - ego) if kind == 3 else None)[kind]
+            other = (current, frozen, uniform, best_response(target, 1 - ego) if kind == 3 else None, fixed)[kind]
             seats = (current, other) if ego == 0 else (other, current)
             episodes = [_play(cards, seats, rng) for _ in range(group_size)]
             for _, moves in episodes:
@@ -217,7 +245,8 @@ def simulate(
         if step % snapshot_every == 0:
             snapshot = (theta.copy(), bias)
         if step % 5 == 0 or step == steps:
-            out.append((step, exploitability(policy(theta, bias))))
+            learned = policy(theta, bias)
+            out.append((step, exploitability(learned) if fixed is None else return_against(learned, fixed)))
     return out
 
 
@@ -247,13 +276,28 @@ def main() -> None:
     parser.add_argument("--mix", type=float, nargs="+", default=(0.6, 0.2, 0.2),
                         help="weights of self-play, the snapshot, the random player and (a fourth, optional) the "
                              "exact best response to the current policy")
+    parser.add_argument("--fixed", nargs="+", help="train against this fixed policy alone: a scripted player"
+                        f" ({', '.join(INITS)}) or 12 bet probabilities in infoset order (card, then '', p, b, pb);"
+                        " prints the capture of its best-response value")
     args = parser.parse_args()
+    fixed = None
+    if args.fixed:
+        try:
+            fixed = INITS[args.fixed[0]]() if len(args.fixed) == 1 else np.array([float(p) for p in args.fixed])
+        except (KeyError, ValueError):
+            parser.error(f"--fixed: a scripted player ({', '.join(INITS)}) or 12 probabilities, got {args.fixed}")
+        if fixed.shape != (CARDS * len(HISTORIES),) or not np.all((fixed >= 0) & (fixed <= 1)):
+            parser.error(f"--fixed: 12 probabilities in [0, 1], got {args.fixed}")
+        print(f"fixed policy: exploitability (its best response's return) {exploitability(fixed):.3f}; the figures"
+              " are the learner's capture of it (its return against the fixed policy / that)")
     runs = [
         simulate(args.init, args.steps, args.group_size, args.groups, args.lr, args.move_entropy, args.shared,
                  args.specific, tuple(args.mix), args.snapshot_every, args.kl, not args.no_scale, args.state_baseline,
-                 args.split_shared, args.br_estimated, args.br_decay, seed=seed)
+                 args.split_shared, args.br_estimated, args.br_decay, seed=seed, fixed=fixed)
         for seed in range(args.seeds)
     ]
+    if fixed is not None:
+        runs = [[(step, figure / exploitability(fixed)) for step, figure in run] for run in runs]
     steps = [step for step, _ in runs[0]]
     print("seed | " + " | ".join(f"step {s}" for s in steps))
     for seed, run in enumerate(runs):

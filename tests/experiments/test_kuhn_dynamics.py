@@ -88,3 +88,20 @@ def test_the_surrogates_best_response_gains_the_exploitability(dynamics) -> None
     assert [always[dynamics.infoset(card, "b")] for card in range(3)] == [0.0, 1.0, 1.0]
     assert dynamics.simulate(init="timid", steps=5, groups=4, mix=(0.4, 0.2, 0.2, 0.2), br_estimated=True,
                              seed=1) != dynamics.simulate(init="timid", steps=5, groups=4, seed=1)
+
+
+def test_against_a_fixed_policy_the_best_response_captures_its_exploitability(dynamics) -> None:
+    """`--fixed`: the figure is the learner's seat-averaged return against the fixed policy. The best response (each
+    seat's half of the table) takes exactly the fixed policy's exploitability (OpenSpiel's), the policy itself 0; a
+    learner trained against the uniform random player alone captures most of it, a seed reproduces its run."""
+    rng = np.random.default_rng(7)
+    for fixed in (dynamics.timid(), np.ones(12), *rng.random((3, 12))):
+        first, second = dynamics.best_response(fixed, 0), dynamics.best_response(fixed, 1)
+        merged = np.array([(first if len(h) % 2 == 0 else second)[dynamics.infoset(c, h)]
+                           for c in range(3) for h in dynamics.HISTORIES])
+        assert dynamics.return_against(merged, fixed) == pytest.approx(_openspiel(dynamics, fixed), abs=1e-9)
+        assert dynamics.return_against(fixed, fixed) == pytest.approx(0.0, abs=1e-12)
+    uniform = np.full(12, 0.5)
+    run = dynamics.simulate(init="timid", steps=30, groups=8, lr=0.5, fixed=uniform, seed=0)
+    assert run == dynamics.simulate(init="timid", steps=30, groups=8, lr=0.5, fixed=uniform, seed=0)
+    assert run[-1][1] > 0.5 * dynamics.exploitability(uniform) > dynamics.return_against(dynamics.timid(), uniform)
