@@ -68,6 +68,9 @@ class FitSettings:
     example_mean: bool = False
     """Average each example's labelled tokens first, then the examples, so that a `PartialReply`'s one or two target
     tokens weigh as much as a whole reply's hundred; False: every labelled token weighs the same."""
+    context_loss: float = 0.0
+    """Add this weight times each example's mean next-token loss over its context (`context_loss`): a dense signal
+    for reading the game's text. 0: the reply alone is learned."""
 
 
 def _token_ids(encoded: object) -> list[int]:
@@ -91,7 +94,9 @@ def encode_example(tokenizer, messages: Messages, response: str | PartialReply) 
 
 
 def collate(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded input ids, attention mask and labels (IGNORE_INDEX on padding) for a batch."""
+    """Right-padded input ids, attention mask and labels (IGNORE_INDEX on padding) for a batch, and `context_labels`:
+    the input ids where the labels ignore them (the context: the prompt and a partial reply's prefix), IGNORE_INDEX
+    elsewhere."""
     width = max(len(ids) for ids, _ in encoded)
     input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
     labels = torch.full((len(encoded), width), IGNORE_INDEX, dtype=torch.long)
@@ -100,7 +105,8 @@ def collate(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict
         input_ids[row, : len(ids)] = torch.tensor(ids)
         labels[row, : len(ids)] = torch.tensor(target)
         attention[row, : len(ids)] = 1
-    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+    context = torch.where((labels == IGNORE_INDEX) & (attention == 1), input_ids, IGNORE_INDEX)
+    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels, "context_labels": context}
 
 
 def shared_prefix(batch: Mapping[str, torch.Tensor]) -> int:
@@ -113,14 +119,27 @@ def shared_prefix(batch: Mapping[str, torch.Tensor]) -> int:
     return max(0, length - 1)
 
 
-def response_loss(model, batch: Mapping[str, torch.Tensor], example_mean: bool = False) -> torch.Tensor:
+def _row_means(per_token: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The mean over the rows that have any target of each row's mean over its targets."""
+    counts = (targets != IGNORE_INDEX).sum(dim=1)
+    rows = counts > 0
+    return (per_token.sum(dim=1)[rows] / counts[rows]).mean()
+
+
+def response_loss(model, batch: Mapping[str, torch.Tensor], example_mean: bool = False,
+                  context_loss: float = 0.0) -> torch.Tensor:
     """Mean next-token cross-entropy over the labelled (response) tokens of the batch; with `example_mean`, the mean
     over the rows of each row's mean (every example weighs the same, however many tokens its reply has).
 
     The prompt prefix shared by every row carries no loss, so it is encoded once, without gradient, and reused as the
     KV cache of each row: the same loss at a fraction of the cost on CPU (prompts are mostly the system prompt).
+
+    With `context_loss`, the loss adds that weight times the mean over the rows of each row's mean next-token
+    cross-entropy over its whole context (`collate`'s `context_labels`): the game's text itself (the board, the
+    history, the legal moves that follow from them), as `copy_curve.py --context-loss` measures it. The shared prefix
+    is then not cached: its tokens are learned too, and the loss does not depend on which examples share a batch.
     """
-    ids, shared = batch["input_ids"], shared_prefix(batch)
+    ids, shared = batch["input_ids"], 0 if context_loss else shared_prefix(batch)
     cache = None
     if shared:
         with torch.no_grad():
@@ -136,12 +155,17 @@ def response_loss(model, batch: Mapping[str, torch.Tensor], example_mean: bool =
     ).logits[:, :-1]
     targets = batch["labels"][:, shared + 1 :]
     if not example_mean:
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
                                ignore_index=IGNORE_INDEX)
-    per_token = F.cross_entropy(logits.transpose(1, 2).float(), targets, ignore_index=IGNORE_INDEX, reduction="none")
-    counts = (targets != IGNORE_INDEX).sum(dim=1)
-    rows = counts > 0
-    return (per_token.sum(dim=1)[rows] / counts[rows]).mean()
+    else:
+        loss = _row_means(F.cross_entropy(logits.transpose(1, 2).float(), targets, ignore_index=IGNORE_INDEX,
+                                          reduction="none"), targets)
+    if context_loss:
+        context = batch["context_labels"][:, 1:]
+        if (context != IGNORE_INDEX).any():
+            loss = loss + context_loss * _row_means(F.cross_entropy(
+                logits.transpose(1, 2).float(), context, ignore_index=IGNORE_INDEX, reduction="none"), context)
+    return loss
 
 
 def _lr_factor(step: int, total: int) -> float:
@@ -217,7 +241,7 @@ def _fit(model_dir: Path, out_dir: Path, examples: Sequence[Example], settings: 
             batch = collate([encoded[i] for i in permutation[first : first + settings.batch_size]], pad_id)
             for group in optimizer.param_groups:
                 group["lr"] = settings.lr * _lr_factor(len(losses), total)
-            loss = response_loss(model, batch, settings.example_mean)
+            loss = response_loss(model, batch, settings.example_mean, settings.context_loss)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

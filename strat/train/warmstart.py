@@ -319,6 +319,10 @@ class WarmStartSettings:
     move_examples: int = 0
     """Examples of naming a uniformly drawn legal move where the response chooses its move (`move_examples`) mixed
     into the transcripts; with any, every example weighs the same in the loss (`FitSettings.example_mean`). 0: none."""
+    context_loss: float = 0.0
+    """Add this weight times each example's mean next-token loss over its prompt (`supervised.response_loss`): the
+    model also learns to predict the game's text, a dense signal for reading it (and the system prompt is no longer
+    cached across a batch: slower). 0: the response alone."""
 
     def __post_init__(self) -> None:
         _check_player(self.player)
@@ -330,13 +334,16 @@ class WarmStartSettings:
         for name in ("episodes", "epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"warm-start {name} must be >= 1, got {getattr(self, name)}")
+        if not self.context_loss >= 0:
+            raise ValueError(f"warm-start context_loss must be >= 0, got {self.context_loss}")
         if not self.lr > 0 or not self.max_seconds > 0:
             raise ValueError(f"warm-start lr and max_seconds must be > 0, got {self.lr} and {self.max_seconds}")
 
 
 def _fit_settings(settings: WarmStartSettings) -> FitSettings:
     return FitSettings(epochs=settings.epochs, lr=settings.lr, batch_size=settings.batch_size,
-                       max_seconds=settings.max_seconds, seed=settings.seed, example_mean=settings.move_examples > 0)
+                       max_seconds=settings.max_seconds, seed=settings.seed, example_mean=settings.move_examples > 0,
+                       context_loss=settings.context_loss)
 
 
 def _train(
@@ -378,6 +385,8 @@ def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples
         del fields["name_legal_moves"]
     if not settings.move_examples:  # and those without move examples
         del fields["move_examples"]
+    if not settings.context_loss:  # and those without the context's loss
+        del fields["context_loss"]
     return supervised.cache_key(model_dir, {"version": WARM_VERSION, "game": game, "settings": fields,
                                             "transcripts": supervised.examples_hash(examples)})
 

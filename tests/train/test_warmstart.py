@@ -244,6 +244,39 @@ def test_loss_is_cross_entropy_on_response_tokens_only(tiny_model_dir: Path) -> 
     assert loss.item() == pytest.approx(total / count, rel=1e-4)
 
 
+def test_the_context_loss_adds_each_examples_mean_loss_over_its_prompt(tiny_model_dir: Path) -> None:
+    """`warm_start.context_loss`: the response's loss plus the weight times the mean over examples of each one's mean
+    next-token loss over its whole prompt, checked against a plain forward pass per example; none of the prompt is
+    then cached, so a batch of one has a context loss too."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    encoded = [encode_example(tokenizer, m, r) for m, r in transcripts(GAME, DEPTH, 3, seed=1)[:3]]
+    batch = collate(encoded, tokenizer.pad_token_id)
+    assert (batch["context_labels"][batch["attention_mask"] == 0] == IGNORE_INDEX).all()
+    response_total, response_count, context_means = 0.0, 0, []
+    with torch.no_grad():
+        for ids, labels in encoded:
+            start = labels.count(IGNORE_INDEX)
+            logits = model(torch.tensor([ids])).logits[0]
+            response_total += F.cross_entropy(logits[start - 1 : -1], torch.tensor(ids[start:]), reduction="sum").item()
+            response_count += len(ids) - start
+            context_means.append(F.cross_entropy(logits[: start - 1], torch.tensor(ids[1:start])).item())
+        plain = supervised.response_loss(model, batch)
+        dense = supervised.response_loss(model, batch, context_loss=0.5)
+        alone = supervised.response_loss(model, collate(encoded[:1], tokenizer.pad_token_id), context_loss=0.5)
+    expected = response_total / response_count + 0.5 * sum(context_means) / len(context_means)
+    assert dense.item() == pytest.approx(expected, rel=1e-4)
+    assert plain.item() == pytest.approx(response_total / response_count, rel=1e-4)
+    first = encoded[0][1].count(IGNORE_INDEX)
+    first_response = len(encoded[0][0]) - first
+    with torch.no_grad():
+        logits = model(torch.tensor([encoded[0][0]])).logits[0]
+        one = F.cross_entropy(logits[first - 1 : -1], torch.tensor(encoded[0][0][first:])).item()
+    assert first_response > 0 and alone.item() == pytest.approx(one + 0.5 * context_means[0], rel=1e-4)
+    with pytest.raises(ValueError, match="context_loss"):
+        WarmStartSettings(context_loss=-1.0)
+
+
 def test_warm_start_writes_a_loadable_model_atomically(tiny_model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "warm"
     figures = warm_start(tiny_model_dir, out, GAME, WarmStartSettings(episodes=6, epochs=1, batch_size=4, lr=1e-2))
@@ -400,10 +433,12 @@ def test_rules_examples_are_mixed_into_the_warm_start_and_keep_old_keys(tiny_mod
     assert mixed[: len(base)] == base
     assert mixed[len(base):] == pretrain_examples("tic_tac_toe", PretrainSettings(examples=12, seed=1))
     fields = {k: v for k, v in asdict(plain).items()
-              if k not in ("game_options", "rules_examples", "name_legal_moves", "move_examples")}
+              if k not in ("game_options", "rules_examples", "name_legal_moves", "move_examples", "context_loss")}
     before = supervised.cache_key(tiny_model_dir, {"version": WARM_VERSION, "game": "tic_tac_toe", "settings": fields,
                                                    "transcripts": supervised.examples_hash(base)})
     assert _cache_key(tiny_model_dir, "tic_tac_toe", plain, base) == before
+    dense = WarmStartSettings(episodes=5, depth=1, context_loss=1.0)  # the context's loss trains another model
+    assert _cache_key(tiny_model_dir, "tic_tac_toe", dense, base) != before
 
 
 @pytest.mark.parametrize("game", ["tic_tac_toe", "connect_four"])
