@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,24 @@ def cotrained_rewards(record: dict[str, Any]) -> list[str]:
     """Each co-trained policy's reward key (`<name>/reward/mean`) in `record`, sorted: shown beside the first
     policy's."""
     return sorted(key for key in record if key.endswith("/reward/mean") and key.count("/") == 2)
+
+
+@contextmanager
+def stage_logs() -> Iterator[None]:
+    """Strat's own log lines (INFO and up) on stderr while a supervised stage runs (`strat sft`, `strat pretrain`):
+    its size, then a line a minute with the step, the loss and the time left. The handler is removed afterwards and
+    nothing else about logging changes."""
+    logger = logging.getLogger("strat")
+    handler = RichHandler(console=Console(stderr=True), show_path=False, show_level=False)
+    level = logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 class TrainProgress:

@@ -133,11 +133,17 @@ def pretrain(
 def _run_stage(label: str, base: Path, out: Path | None, game: str, settings: object,
                ensure: Callable[[Path, str, Any], Path], run: Callable[[Path, Path, str, Any], dict[str, float]]
                ) -> None:
-    """A supervised stage before RL: into the shared cache (`ensure`, reused by train) or into `out` (`run`)."""
+    """A supervised stage before RL: into the shared cache (`ensure`, reused by train) or into `out` (`run`), its
+    progress logged to stderr."""
+    from strat.cli.progress import stage_logs
+
     if out is None:
-        typer.echo(f"{label}: {ensure(base, game, settings)}")
+        with stage_logs():
+            built = ensure(base, game, settings)
+        typer.echo(f"{label}: {built}")
     else:
-        figures = run(base, out, game, settings)
+        with stage_logs():
+            figures = run(base, out, game, settings)
         typer.echo(f"{label} written to {out}: " + ", ".join(f"{k}={v:.4g}" for k, v in figures.items()))
 
 

@@ -139,3 +139,29 @@ def test_strat_sft_warm_starts_the_pretrained_model_when_pretraining_is_on(monke
     assert result.exit_code == 0, result.output
     assert calls == [("pretrain", Path("/models/base")), ("warm", Path("/models/pretrained"))]
     assert "warm-started model: /models/warm" in result.output
+
+
+def test_strat_sft_shows_the_stages_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user waiting on `strat sft` sees the stage's log lines (its size, its progress) as it runs, and the handler
+    is gone afterwards."""
+    import logging
+
+    from typer.testing import CliRunner
+
+    import strat.train.stages as stages
+    import strat.train.warmstart as warmstart
+    from strat.cli import app
+
+    def logging_warm(base: Path, game: str, settings: object) -> Path:
+        logging.getLogger("strat.supervised").info("warm start of %s: step 3 of 9, loss 0.5", game)
+        return Path("/models/warm")
+
+    fake_stages(monkeypatch)
+    monkeypatch.setattr(stages, "ensure_warm", logging_warm)
+    monkeypatch.setattr(warmstart, "ensure_warm", logging_warm)
+    handlers = list(logging.getLogger("strat").handlers)
+    result = CliRunner().invoke(app, ["sft", "configs/kuhn_poker_tiny.yaml"])
+    assert result.exit_code == 0, result.output
+    assert "warm start of kuhn_poker: step 3 of 9, loss 0.5" in result.output
+    assert "warm-started model: /models/warm" in result.output
+    assert logging.getLogger("strat").handlers == handlers
