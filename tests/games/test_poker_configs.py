@@ -22,10 +22,11 @@ from strat.play.settings import rollout_settings
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 # A short warm start of the configs' own player at depth 1 (shorter responses, learnt from fewer examples) and a
-# small step, so that each test stays short.
+# small step, so that each test stays short. The configs' own `max_new_tokens` stays: three-player responses at depth
+# 1 run past 128 tokens, and a cap of 128 cut every one off before its action.
 SMOKE = [
     "engine.backend=hf", "warm_start.episodes=120", "warm_start.epochs=2",
-    "algorithm.group_size=2", "algorithm.groups_per_step=3", "reasoning.max_new_tokens=128", "reasoning.depth=1",
+    "algorithm.group_size=2", "algorithm.groups_per_step=3", "reasoning.depth=1",
 ]
 
 
