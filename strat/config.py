@@ -617,6 +617,11 @@ class AlgorithmConfig(_Section):
     seat) at the same history, the same deal and moves so far, over the group's spread: a move is compared with the
     moves made where it was made (a turn alone at its history keeps the group term; the first move gets exactly the
     group-normalised return)."""
+    outcome_scale: Literal["std", "none"] = "std"
+    """`std`: the outcome term (baselines `group` and `history`) is divided by the spread of its group's returns
+    (GRPO); `none`: it is not (Dr. GRPO). With groups of one deal the std weighs each deal by how predictable its
+    returns are, which can turn the expected update of a move that pays on average against it (Kuhn: calling a bet
+    with the Queen; results.md, issue 42)."""
     ema_decay: float = Field(0.95, gt=0.0, lt=1.0)
     """Decay of the role-conditioned EMA baselines (baseline=ema)."""
     clip_eps_low: float = Field(0.2, gt=0.0, lt=1.0)

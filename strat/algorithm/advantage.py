@@ -19,6 +19,7 @@ Baseline = Literal["group", "ema", "history"]
 PenaltyScope = Literal["game", "turn"]
 Credit = Literal["response", "segment"]
 ProcessBaseline = Literal["group", "state"]
+OutcomeScale = Literal["std", "none"]
 
 SCORED_SECTIONS: dict[str, str] = {"predict": "predict", "belief": BELIEF_SPAN, "agreement": "their_view"}
 """Credit by segment: each comparison component (a `TurnScore` field) and the span of the section it scores."""
@@ -40,6 +41,12 @@ class AdvantageConfig:
     `history`: a turn's return minus the mean return of its statistics group's turns at the same history (the same
     deal and the same moves so far), over the group's spread (`history_outcome_terms`): each move is compared with
     the other moves made where it was made, not with games that went elsewhere before it."""
+    outcome_scale: OutcomeScale = "std"
+    """`std`: the outcome term (under the `group` and `history` baselines) is divided by its statistics group's
+    spread of returns (GRPO); `none`: it is not (the returns less their baseline, as Dr. GRPO has it). The std weighs
+    each deal by how predictable its returns are, so a move that pays on average can get a negative expected
+    update: facing a bet, a call loses a little more in the deals whose returns hardly vary (the bettor holds the
+    King) and wins a lot in those whose returns vary (a bluff), and the first are scaled up."""
     ema_decay: float = 0.95
     eps: float = 1e-6
     per_role: bool = True
@@ -72,6 +79,8 @@ class AdvantageConfig:
             raise ValueError(f"unknown baseline {self.baseline!r} (allowed: group, ema, history)")
         if self.process_baseline not in ("group", "state"):
             raise ValueError(f"unknown process_baseline {self.process_baseline!r} (allowed: group, state)")
+        if self.outcome_scale not in ("std", "none"):
+            raise ValueError(f"unknown outcome_scale {self.outcome_scale!r} (allowed: std, none)")
 
 
 @dataclass(frozen=True)
@@ -158,9 +167,10 @@ def group_advantages(
     lam: float,
     eps: float,
     baseline: torch.Tensor | None = None,
+    scale: bool = True,
 ) -> torch.Tensor:
     """Per-turn advantages of one statistics group: the `mode` estimator over `advantage_terms`."""
-    outcome, process = advantage_terms(returns, turn_episode, scores, comparable, eps, baseline)
+    outcome, process = advantage_terms(returns, turn_episode, scores, comparable, eps, baseline, scale)
     return advantage_estimator(mode)(outcome, process, lam)
 
 
@@ -171,14 +181,16 @@ def advantage_terms(
     comparable: torch.Tensor,
     eps: float,
     baseline: torch.Tensor | None = None,
+    scale: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The outcome and process terms [N] of one statistics group's ego turns.
 
     `returns` [G] per episode; `turn_episode` [N] the episode index of each ego turn; `scores`, `comparable` [N].
-    The outcome term is `returns - baseline` ([G]) when a baseline is given, else group-normalised. Process
-    statistics are over the comparable turns only; a turn with nothing to compare gets process term 0.
+    The outcome term is `returns - baseline` ([G]) when a baseline is given, else group-normalised (centred alone
+    without `scale`). Process statistics are over the comparable turns only; a turn with nothing to compare gets
+    process term 0.
     """
-    outcome = (returns - baseline if baseline is not None else normalise(returns, eps))[turn_episode]
+    outcome = (returns - baseline if baseline is not None else normalise(returns, eps, scale))[turn_episode]
     process = torch.zeros_like(scores)
     process[comparable] = normalise(scores[comparable], eps)
     return outcome, process
@@ -412,10 +424,11 @@ def compute_advantages(
             comparable,
             config.eps,
             member_baseline,
+            config.outcome_scale == "std",
         )
         if config.baseline == "history":
             histories = [history_key(scored.episode, turn) for _, scored, turn in turns]
-            outcome = history_outcome_terms(returns, turn_episode, histories, config.eps)
+            outcome = history_outcome_terms(returns, turn_episode, histories, config.eps, config.outcome_scale == "std")
             counts = Counter(history for history in histories if history is not None)
             alone += sum(1 for history in histories if history is not None and counts[history] == 1)
         given: dict[str, torch.Tensor] | None = None

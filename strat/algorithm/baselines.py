@@ -10,12 +10,14 @@ import torch
 from strat.algorithm.records import Episode, Turn
 
 
-def normalise(values: torch.Tensor, eps: float) -> torch.Tensor:
-    """(x - mean) / (population std + eps); exactly zero when all values are equal or there is only one."""
+def normalise(values: torch.Tensor, eps: float, scale: bool = True) -> torch.Tensor:
+    """(x - mean) / (population std + eps), or with `scale` False x - mean alone; exactly zero when all values are
+    equal or there is only one."""
     if values.numel() == 0 or bool(torch.all(values == values[0])):
         # Rounding in the mean would otherwise turn equal values into tiny, eps-amplified advantages.
         return torch.zeros_like(values)
-    return (values - values.mean()) / (values.std(correction=0) + eps)
+    centred = values - values.mean()
+    return centred / (values.std(correction=0) + eps) if scale else centred
 
 
 HistoryKey = Hashable
@@ -23,7 +25,8 @@ HistoryKey = Hashable
 
 
 def history_outcome_terms(
-    returns: torch.Tensor, turn_episode: torch.Tensor, histories: Sequence[HistoryKey | None], eps: float
+    returns: torch.Tensor, turn_episode: torch.Tensor, histories: Sequence[HistoryKey | None], eps: float,
+    scale: bool = True,
 ) -> torch.Tensor:
     """The outcome terms [N] of one statistics group's ego turns under `baseline: history`.
 
@@ -33,13 +36,14 @@ def history_outcome_terms(
     plus `eps`: the group's scale, so that the first move, which every member makes at the same history, gets its
     group-normalised return exactly. A turn alone at its history, or whose history is unknown, has no other move
     to be compared with and keeps its group-normalised return (a zero there would stop learning at the rare
-    histories, where a game's last moves are made); all terms are 0 where the returns have no spread.
+    histories, where a game's last moves are made); all terms are 0 where the returns have no spread. With `scale`
+    False nothing is divided by the spread (`algorithm.outcome_scale: none`).
     """
     turn_returns = returns[turn_episode]
-    terms = normalise(returns, eps)[turn_episode]
+    terms = normalise(returns, eps, scale)[turn_episode]
     if returns.numel() == 0 or bool(torch.all(returns == returns[0])):
         return terms
-    scale = returns.std(correction=0) + eps
+    spread = returns.std(correction=0) + eps if scale else 1.0
     rows: dict[HistoryKey, list[int]] = {}
     for row, history in enumerate(histories):
         if history is not None:
@@ -50,7 +54,7 @@ def history_outcome_terms(
         index = torch.tensor(members, dtype=torch.long)
         values = turn_returns[index]
         centred = values - values.mean() if not bool(torch.all(values == values[0])) else torch.zeros_like(values)
-        terms[index] = centred / scale
+        terms[index] = centred / spread
     return terms
 
 

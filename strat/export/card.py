@@ -184,7 +184,8 @@ def _method_rows(config: ExperimentConfig) -> list[tuple[str, str]]:
         ("advantage mode", algo.advantage_mode),
         ("lam (process weight)", f"unused ({algo.advantage_mode} advantage)"
          if algo.advantage_mode in ("outcome", "process") else f"{algo.lam:g}"),
-        ("baseline", algo.baseline),
+        ("baseline", algo.baseline if algo.outcome_scale == "std" or algo.baseline == "ema"
+         else f"{algo.baseline}, the outcome not divided by its group's std"),
         ("group shape", f"{algo.group_size} episodes per group x {algo.groups_per_step} groups per step"),
         ("zero-spread groups", algo.zero_spread),
         ("CoT comparison", (f"{config.comparison.agreement} agreement; weights predict {weights.predict:g},"

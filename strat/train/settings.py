@@ -142,6 +142,7 @@ def advantage_config(config: ExperimentConfig) -> AdvantageConfig:
         mode=algo.advantage_mode,
         lam=algo.lam,
         baseline=algo.baseline,
+        outcome_scale=algo.outcome_scale,
         ema_decay=algo.ema_decay,
         drop_zero_signal=algo.zero_spread == "drop",
         penalty_scope=algo.penalty_scope,
