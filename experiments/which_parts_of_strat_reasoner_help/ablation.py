@@ -13,7 +13,9 @@ opponents' estimated policy and the posterior, `comparison.prediction_target=pol
 `targets-segment` (that, with credit by segment, `algorithm.credit=segment`); `targets-state` and
 `targets-segment-state` (those two with the process score compared at the same information state,
 `algorithm.process_baseline=state`); `outcome-history` and `hybrid-history` (outcome-only and the hybrid with the
-outcome term's baseline the mean return at the same history, `algorithm.baseline=history`); `depth0`, `depth1`,
+outcome term's baseline the mean return at the same history, `algorithm.baseline=history`); `outcome-unscaled`
+(outcome-only with the outcome term not divided by its group's std, `algorithm.outcome_scale=none`; group `scale`,
+paired with `outcome`); `depth0`, `depth1`,
 `depth2` (reasoning depth; at depth 0 no section can be compared, so the process term is 0 and the hybrid advantage is the outcome's);
 `clipped` and `fiberpo` (policy loss); `dph-js` and `dph-fkl` (DPH-RL's divergence to the initial policy);
 `as-configured` (the config's own settings, whatever its advantage), `league-uniform` and `league-pfsp` (the default
@@ -103,6 +105,8 @@ ARMS: tuple[Arm, ...] = (
     Arm("targets-segment-state", (HYBRID, *TARGETS, "algorithm.credit=segment", STATE), seeds=(0, 1, 2, 3, 4)),
     Arm("outcome-history", ("algorithm.advantage_mode=outcome", "algorithm.baseline=history"), seeds=(0, 1, 2, 3, 4)),
     Arm("hybrid-history", (HYBRID, "algorithm.baseline=history"), seeds=(0, 1, 2, 3, 4)),
+    Arm("outcome-unscaled", ("algorithm.advantage_mode=outcome", "algorithm.outcome_scale=none"),
+        seeds=(0, 1, 2, 3, 4)),
     Arm("depth0", (HYBRID, "reasoning.depth=0")),
     Arm("depth1", (HYBRID, "reasoning.depth=1")),
     Arm("depth2", (HYBRID, "reasoning.depth=2")),
@@ -121,6 +125,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "scoring": (ABLATION_REFERENCE, "outcome", "targets", "targets-segment"),
     "state": (ABLATION_REFERENCE, "outcome", "targets-state", "targets-segment-state"),
     "history": (ABLATION_REFERENCE, "outcome", "outcome-history", "hybrid-history"),
+    "scale": ("outcome", "outcome-unscaled"),
     "depth": (ABLATION_REFERENCE, "depth0", "depth1", "depth2"),
     "loss": (ABLATION_REFERENCE, "clipped", "fiberpo"),
     "dph": (ABLATION_REFERENCE, "dph-js", "dph-fkl"),

@@ -58,6 +58,8 @@ def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
         # The outcome's history baseline (checked apart below), outcome-only and hybrid.
         "outcome-history": ("outcome", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
         "hybrid-history": ("hybrid", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
+        # Outcome-only with the outcome term not divided by the group's std (checked apart below).
+        "outcome-unscaled": ("outcome", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
         # The config as it is (outcome-only), and with its snapshot opponent replaced by a league.
         "as-configured": ("outcome", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
         "league-uniform": ("outcome", 0.5, 1, "clipped", "none", False, "sampled", "truth", "response", "group"),
@@ -69,6 +71,8 @@ def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
     assert {arm.name: settings(arm.name) for arm in ablation.ARMS} == expected
     baselines = {arm.name: load_config(ROOT / KUHN, list(arm.overrides)).algorithm.baseline for arm in ablation.ARMS}
     assert baselines == {**dict.fromkeys(expected, "group"), "outcome-history": "history", "hybrid-history": "history"}
+    scales = {arm.name: load_config(ROOT / KUHN, list(arm.overrides)).algorithm.outcome_scale for arm in ablation.ARMS}
+    assert scales == {**dict.fromkeys(expected, "std"), "outcome-unscaled": "none"}
     default = load_config(ROOT / KUHN).game.opponents
     for sampling in ("uniform", "pfsp"):
         (arm,) = [a for a in ablation.ARMS if a.name == f"league-{sampling}"]
@@ -82,10 +86,11 @@ def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
     assert decoding == {**dict.fromkeys(expected, ("vllm", False)), "hf": ("hf", False),
                         "constrain-action": ("hf", True)}
     assert all("hybrid" in ablation.GROUPS[group] for group in ablation.GROUPS
-               if group not in ("league", "constrain", "all"))
+               if group not in ("league", "constrain", "scale", "all"))
+    assert ablation.GROUPS["scale"] == ("outcome", "outcome-unscaled")
     assert {a.name: a.seeds for a in ablation.ARMS if len(a.seeds) == 5} == dict.fromkeys(
         ("hybrid", "outcome", "targets", "targets-segment", "targets-state", "targets-segment-state", "outcome-history",
-         "hybrid-history"), (0, 1, 2, 3, 4))
+         "hybrid-history", "outcome-unscaled"), (0, 1, 2, 3, 4))
     assert [a.name for a in ablation.select_arms(["loss", "depth0"])] == ["hybrid", "depth0", "clipped", "fiberpo"]
     with pytest.raises(UserError, match="--arms depth3: no such group or arm"):
         ablation.select_arms(["depth3"])
@@ -94,15 +99,15 @@ def test_every_arm_is_a_valid_config_that_changes_its_part(ablation) -> None:
 def test_the_plan_pairs_seeds_and_shares_the_runs_of_identical_arms(ablation, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
     runs = ablation.plan_runs(KUHN, ablation.select_arms(["all"]), tmp_path / "runs", tmp_path / "results")
-    # hybrid, outcome, the four targets arms and the two history arms on 5 seeds, the 15 other arms on 3: 85 runs;
-    # depth1 and clipped are the Kuhn config with the hybrid advantage, so their 2 x 3 runs are hybrid's, and
-    # as-configured is the config as it is, outcome's: 76 to train.
-    assert len(runs) == 85 and len({run.config.run_dir for run in runs}) == 76
+    # hybrid, outcome, the four targets arms, the two history arms and outcome-unscaled on 5 seeds, the 15 other arms
+    # on 3: 90 runs; depth1 and clipped are the Kuhn config with the hybrid advantage, so their 2 x 3 runs are
+    # hybrid's, and as-configured is the config as it is, outcome's: 81 to train.
+    assert len(runs) == 90 and len({run.config.run_dir for run in runs}) == 81
     (configured,) = [r for r in runs if r.arm == "as-configured" and r.seed == 2]
     assert configured.config.run_dir == tmp_path / "runs" / "outcome-seed2"
     assert [(r.arm, r.seed) for r in runs[:3]] == [("hybrid", 0), ("outcome", 0), ("process", 0)]
-    assert [(r.arm, r.seed) for r in runs[-3:]] == [("targets-segment-state", 4), ("outcome-history", 4),
-                                                    ("hybrid-history", 4)]
+    assert [(r.arm, r.seed) for r in runs[-3:]] == [("outcome-history", 4), ("hybrid-history", 4),
+                                                    ("outcome-unscaled", 4)]
     assert [a.name for a in ablation.select_arms(["state"])] == ["hybrid", "outcome", "targets-state",
                                                                 "targets-segment-state"]
     (depth1,) = [r for r in runs if r.arm == "depth1" and r.seed == 1]
@@ -115,7 +120,7 @@ def test_the_plan_pairs_seeds_and_shares_the_runs_of_identical_arms(ablation, tm
     depths = {r.arm: r.config.reasoning.depth for r in old if r.seed == 0}
     assert depths == {**{arm.name: 2 for arm in ablation.ARMS}, "depth0": 0, "depth1": 1}
     (depth2,) = [r for r in old if r.arm == "depth2" and r.seed == 1]
-    assert depth2.config.run_dir == tmp_path / "runs" / "hybrid-seed1" and len({r.config.run_dir for r in old}) == 76
+    assert depth2.config.run_dir == tmp_path / "runs" / "hybrid-seed1" and len({r.config.run_dir for r in old}) == 81
     (fiberpo,) = [r for r in ablation.plan_runs(KUHN, ablation.select_arms(["fiberpo"]), tmp_path / "runs",
                                                 tmp_path / "results", seeds=[7], steps=4, overrides=["eval.games=50"])]
     assert fiberpo.overrides == ("eval.games=50", "schedule.steps=4", "algorithm.advantage_mode=hybrid",
