@@ -6,7 +6,7 @@ options in seconds before spending a 10-minute LLM run on them.
         [--split-shared] [--br-estimated [--br-decay 0.5]]
         [--move-entropy 0.5] [--lr 0.5] [--shared 1 --specific 0.2] [--steps 30]
         [--seeds 5] [--group-size 8] [--groups 8] [--mix 0.6 0.2 0.2 [0.0]]
-        [--fixed timid|station|contrarian|random|P1 ... P12]
+        [--fixed timid|station|contrarian|random|P1 ... P12] [--table]
 
 The policy is one Bernoulli "bet" logit per information set (12), optionally plus a logit shared by all of them
 (`--shared`): the LLM's habit of moving every card's "bet" together, with `--specific` the card-specific learning
@@ -28,6 +28,7 @@ for each seed, and the mean.
 order), the learner's seat alternating by group as in the service's `{kind: policy}` runs against a fixed checkpoint
 (issue 42): it then prints, instead of the exploitability, the learner's exact return against the fixed policy,
 seat-averaged, as a share of the best response's (the fixed policy's exploitability): the capture of issue 42's bar.
+`--table` then prints the learned P(bet or call) at each information state, the mean over the seeds at the end.
 
 It leaves out the text: reasoning tokens, the process term, PPO clipping, format failures. It reproduced what the
 LLM runs showed (the drift to betting with every card, exploitability ~0.33 at step 30 from the contrarian warm start)
@@ -176,9 +177,11 @@ def simulate(
     br_decay: float = 0.0,
     seed: int = 0,
     fixed: np.ndarray | None = None,
+    final: list[np.ndarray] | None = None,
 ) -> list[tuple[int, float]]:
     """(step, exploitability) every 5 steps and at the end, for one seed; with `fixed` (12 bet probabilities) every
-    game is against that policy alone and the figure is the learner's `return_against` it."""
+    game is against that policy alone and the figure is the learner's `return_against` it. The learned policy's 12
+    bet probabilities at the end are appended to `final` where one is given."""
     rng = np.random.default_rng(seed)
     start = INITS[init]()
     theta, bias = np.log(start / (1 - start)), np.zeros(2)
@@ -247,6 +250,8 @@ def simulate(
         if step % 5 == 0 or step == steps:
             learned = policy(theta, bias)
             out.append((step, exploitability(learned) if fixed is None else return_against(learned, fixed)))
+    if final is not None:
+        final.append(policy(theta, bias))
     return out
 
 
@@ -279,6 +284,8 @@ def main() -> None:
     parser.add_argument("--fixed", nargs="+", help="train against this fixed policy alone: a scripted player"
                         f" ({', '.join(INITS)}) or 12 bet probabilities in infoset order (card, then '', p, b, pb);"
                         " prints the capture of its best-response value")
+    parser.add_argument("--table", action="store_true",
+                        help="print the learned P(bet or call) per information state at the end, mean over the seeds")
     args = parser.parse_args()
     fixed = None
     if args.fixed:
@@ -290,10 +297,11 @@ def main() -> None:
             parser.error(f"--fixed: 12 probabilities in [0, 1], got {args.fixed}")
         print(f"fixed policy: exploitability (its best response's return) {exploitability(fixed):.3f}; the figures"
               " are the learner's capture of it (its return against the fixed policy / that)")
+    final: list[np.ndarray] = []
     runs = [
         simulate(args.init, args.steps, args.group_size, args.groups, args.lr, args.move_entropy, args.shared,
                  args.specific, tuple(args.mix), args.snapshot_every, args.kl, not args.no_scale, args.state_baseline,
-                 args.split_shared, args.br_estimated, args.br_decay, seed=seed, fixed=fixed)
+                 args.split_shared, args.br_estimated, args.br_decay, seed=seed, fixed=fixed, final=final)
         for seed in range(args.seeds)
     ]
     if fixed is not None:
@@ -304,6 +312,11 @@ def main() -> None:
         print(f"{seed} | " + " | ".join(f"{e:.3f}" for _, e in run))
     means = np.mean([[e for _, e in run] for run in runs], axis=0)
     print("mean | " + " | ".join(f"{m:.3f}" for m in means))
+    if args.table:
+        learned = np.mean(final, axis=0)
+        names = [f"{card}{history}" for card in range(CARDS) for history in HISTORIES]
+        print("state | " + " | ".join(names))
+        print(f"P(bet or call) at step {steps[-1]} | " + " | ".join(f"{p:.2f}" for p in learned))
 
 
 if __name__ == "__main__":
