@@ -621,7 +621,8 @@ class AlgorithmConfig(_Section):
     """`std`: the outcome term (baselines `group` and `history`) is divided by the spread of its group's returns
     (GRPO); `none`: it is not (Dr. GRPO). With groups of one deal the std weighs each deal by how predictable its
     returns are, which can turn the expected update of a move that pays on average against it (Kuhn: calling a bet
-    with the Queen; results.md, issue 42)."""
+    with the Queen). Measured on the tiny Kuhn model: `none` trained worse, every card betting and calling more
+    (results.md, issues 38 and 42)."""
     ema_decay: float = Field(0.95, gt=0.0, lt=1.0)
     """Decay of the role-conditioned EMA baselines (baseline=ema)."""
     clip_eps_low: float = Field(0.2, gt=0.0, lt=1.0)
