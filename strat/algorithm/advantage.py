@@ -167,10 +167,9 @@ def group_advantages(
     lam: float,
     eps: float,
     baseline: torch.Tensor | None = None,
-    scale: bool = True,
 ) -> torch.Tensor:
     """Per-turn advantages of one statistics group: the `mode` estimator over `advantage_terms`."""
-    outcome, process = advantage_terms(returns, turn_episode, scores, comparable, eps, baseline, scale)
+    outcome, process = advantage_terms(returns, turn_episode, scores, comparable, eps, baseline)
     return advantage_estimator(mode)(outcome, process, lam)
 
 
