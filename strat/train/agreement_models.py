@@ -7,9 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-import torch
-from transformers import AutoModel, AutoTokenizer
-
 from strat.algorithm.comparison import AgreementMethod, ChatMessages
 from strat.engines import EngineSettings
 from strat.engines.base import Engine, SamplingParams
@@ -52,6 +49,8 @@ def chat_completions(
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of `hidden` [batch, tokens, dim] over the tokens `mask` [batch, tokens] keeps, L2-normalised per row;
     a row without tokens is all zeros."""
+    import torch
+
     if hidden.dim() != 3 or mask.shape != hidden.shape[:2]:
         raise ValueError(f"mean_pool needs hidden [batch, tokens, dim] and mask [batch, tokens], "
                          f"got {tuple(hidden.shape)} and {tuple(mask.shape)}")
@@ -69,6 +68,9 @@ class TextEmbedder:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size}: at least 1")
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         # Right padding keeps every text's positions from 0, so a text embeds the same in any batch.
         self.tokenizer.padding_side = "right"
@@ -80,6 +82,8 @@ class TextEmbedder:
         self.max_length = max_length
 
     def __call__(self, texts: Sequence[str]) -> list[list[float]]:
+        import torch
+
         with torch.inference_mode():
             return self._embed(texts)
 

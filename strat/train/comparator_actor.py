@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import ray
-import torch
 
 from strat.algorithm.comparison import (
     AgreementScorer,
@@ -52,6 +51,8 @@ class Comparator:
             key = "judge_model" if settings.method == "judge" else "embedding_model"
             raise ValueError(f"comparison.agreement={settings.method}: comparison.{key} names no model directory")
         if settings.method == "embedding":
+            import torch  # here: the default token-F1 comparator never needs it
+
             return agreement_scorer("embedding", embed=TextEmbedder(
                 settings.model_dir, device="cuda" if torch.cuda.is_available() else "cpu"
             ))

@@ -377,6 +377,8 @@ def warm_start_examples(game: str, settings: WarmStartSettings) -> list[Example]
 
 def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]) -> str:
     fields = asdict(settings)
+    # A rate or a time limit given as an int (3600) and as a float (3600.0, as the config gives it) is one warm start.
+    fields["lr"], fields["max_seconds"] = float(settings.lr), float(settings.max_seconds)
     if not settings.game_options:  # keys of runs without options stay what they were before options existed
         del fields["game_options"]
     if not settings.rules_examples:  # and those without rules examples what they were before those existed

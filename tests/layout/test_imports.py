@@ -61,3 +61,13 @@ def test_the_method_and_the_games_import_neither_ray_nor_vllm() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_default_comparator_actor_starts_without_torch() -> None:
+    """The comparator actor's module (token-F1 agreement, the default) imports neither torch nor transformers: each
+    costs seconds of every run's start on a small CPU box; the embedding and judge models import them when built."""
+    code = ("import sys\nimport strat.train.comparator_actor\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'vllm'}))\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"

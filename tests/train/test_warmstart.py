@@ -11,7 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -343,6 +343,11 @@ def test_ensure_warm_keys_by_weights_settings_and_transcripts(tiny_model_dir: Pa
     assert key != warmstart._cache_key(other_model_dir, GAME, settings, examples)
     assert key != warmstart._cache_key(tiny_model_dir, GAME, WarmStartSettings(episodes=3, depth=1, lr=1e-3), examples)
     assert key != warmstart._cache_key(tiny_model_dir, GAME, settings, examples[:-1])
+    # A time limit or a rate written as an int is the same warm start as the config's float: one build, not two.
+    assert key == warmstart._cache_key(tiny_model_dir, GAME, replace(settings, max_seconds=300), examples)
+    assert key != warmstart._cache_key(tiny_model_dir, GAME, replace(settings, max_seconds=301), examples)
+    assert warmstart._cache_key(tiny_model_dir, GAME, replace(settings, lr=1), examples) == warmstart._cache_key(
+        tiny_model_dir, GAME, replace(settings, lr=1.0), examples)
 
 
 def test_ensure_warm_keys_by_architecture_when_the_weights_are_identical(tiny_model_dir: Path, tmp_path: Path) -> None:
