@@ -326,6 +326,9 @@ class WarmStartSettings:
 
     def __post_init__(self) -> None:
         _check_player(self.player)
+        # A rate or a time limit written as an int (3600) is the config's float (3600.0): one cache key, one build.
+        for name in ("lr", "max_seconds", "context_loss"):
+            object.__setattr__(self, name, float(getattr(self, name)))
         if self.rules_examples < 0 or self.move_examples < 0:
             raise ValueError(f"warm-start rules_examples and move_examples must be >= 0, got {self.rules_examples}"
                              f" and {self.move_examples}")
@@ -377,8 +380,6 @@ def warm_start_examples(game: str, settings: WarmStartSettings) -> list[Example]
 
 def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples: list[Example]) -> str:
     fields = asdict(settings)
-    # A rate or a time limit given as an int (3600) and as a float (3600.0, as the config gives it) is one warm start.
-    fields["lr"], fields["max_seconds"] = float(settings.lr), float(settings.max_seconds)
     if not settings.game_options:  # keys of runs without options stay what they were before options existed
         del fields["game_options"]
     if not settings.rules_examples:  # and those without rules examples what they were before those existed
