@@ -203,6 +203,11 @@ class WarmStartConfig(_Section):
     tic-tac-toe's copy curve it lifted the legal mass at the first mention from 0.686 to 0.773 after 24,000 examples
     (docs/results.md). Slower: the system prompt is no longer computed once a batch. 0: the response alone (and
     the cache key unchanged)."""
+    move_target: Literal["drawn", "legal"] = "drawn"
+    """What a move example (`move_examples`) learns where it names its move: `drawn`, the name of the legal move drawn
+    at random; `legal`, the uniform distribution over every legal move's name (at the first token where the names
+    differ), which is the drawn target's expected loss without its sampling noise. Both teach which moves are legal,
+    never which to play. `drawn` keeps the cache key unchanged."""
 
 
 class EngineConfig(_Section):
@@ -1014,6 +1019,9 @@ def cross_check(config: ExperimentConfig) -> None:
     if config.warm_start.name_legal_moves and not spec.perfect_information:
         raise ConfigError(f"warm_start.name_legal_moves: {game} has private information; the legal moves are listed"
                           " only in perfect-information games (tic_tac_toe, connect_four)")
+    if config.warm_start.move_target != "drawn" and not config.warm_start.move_examples:
+        raise ConfigError(f"warm_start.move_target={config.warm_start.move_target}: it applies to move examples; set"
+                          " warm_start.move_examples (e.g. 8000) as well")
     _check_pretrain(config, game)
     _check_held_out(config, game, allowed)
     try:

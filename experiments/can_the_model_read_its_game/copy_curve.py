@@ -124,10 +124,22 @@ def curriculum(text: str) -> list[tuple[str, int]]:
     return stages
 
 
-def tokenized(tokenizer, decision: Decision, context: str = "full") -> tuple[list[int], list[int]]:  # noqa: ANN001
-    """(context ids, target ids) of a decision."""
+Example = tuple[list[int], list[int], tuple[int, ...]]
+"""(context ids, target ids, the legal moves' last token ids: empty unless the target is soft)."""
+
+
+def tokenized(tokenizer, decision: Decision, context: str = "full", soft: bool = False) -> Example:  # noqa: ANN001
+    """(context ids, target ids, soft ids) of a decision. With `soft`, the target is the uniform distribution over
+    the legal moves: every legal name must tokenize as one shared prefix (the space) and one token of its own, the
+    target ids are that prefix and the soft ids the legal names' own tokens (a ValueError otherwise)."""
     ids, space = context_ids(tokenizer, decision, context)
-    return ids, tokenizer((" " if space else "") + decision.move, add_special_tokens=False)["input_ids"]
+    target = tokenizer((" " if space else "") + decision.move, add_special_tokens=False)["input_ids"]
+    if not soft:
+        return ids, target, ()
+    names = [tokenizer((" " if space else "") + name, add_special_tokens=False)["input_ids"] for name in decision.legal]
+    if any(len(name) != len(target) or name[:-1] != target[:-1] for name in names):
+        raise ValueError(f"--soft: the legal names {decision.legal} do not share all but their last token")
+    return ids, target[:-1], tuple(name[-1] for name in names)
 
 
 def legal_shares(model, tokenizer, held_out: list[Decision], context: str = "full") -> list[float]:  # noqa: ANN001
@@ -141,21 +153,27 @@ def legal_shares(model, tokenizer, held_out: list[Decision], context: str = "ful
     return shares
 
 
-def batch_loss(model, pad_id: int, batch: list[tuple[list[int], list[int]]],  # noqa: ANN001
+def batch_loss(model, pad_id: int, batch: list[Example],  # noqa: ANN001
                context_weight: float = 0.0) -> torch.Tensor:
-    """Mean cross-entropy of the target tokens given their context (right-padded batch); with `context_weight`,
+    """Mean cross-entropy of the target tokens given their context (right-padded batch), and where an example has
+    soft ids, the cross-entropy of its next token against the uniform distribution over them; with `context_weight`,
     plus that weight times each example's mean next-token cross-entropy over its context (the prompt and the
     response before the move: a language model's loss on the game's own text, where the legal-moves line follows
     from the board and the board from the history)."""
-    rows = [context + target for context, target in batch]
+    rows = [context + target for context, target, _ in batch]
     width = max(map(len, rows))
     ids = torch.tensor([row + [pad_id] * (width - len(row)) for row in rows])
     mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
     logits = model(input_ids=ids, attention_mask=mask).logits
     losses = []
-    for k, (context, target) in enumerate(batch):
+    for k, (context, target, soft) in enumerate(batch):
         positions = torch.arange(len(context) - 1, len(context) + len(target) - 1)
-        loss = torch.nn.functional.cross_entropy(logits[k, positions].float(), torch.tensor(target))
+        loss = (torch.nn.functional.cross_entropy(logits[k, positions].float(), torch.tensor(target)) * len(target)
+                if target else logits.new_zeros(()))
+        if soft:
+            log_probs = torch.log_softmax(logits[k, len(context) + len(target) - 1].float(), dim=-1)
+            loss = loss - log_probs[list(soft)].mean()
+        loss = loss / (len(target) + (1 if soft else 0))
         if context_weight:
             loss = loss + context_weight * torch.nn.functional.cross_entropy(
                 logits[k, :len(context) - 1].float(), torch.tensor(context[1:]))
@@ -189,6 +207,8 @@ def main() -> None:
     parser.add_argument("--context-loss", type=float, default=0.0, help="also train the next-token loss on the"
                         " context's tokens at this weight (each example's mean), a dense signal for reading: the"
                         " legal-moves line is the board's free cells")
+    parser.add_argument("--soft", action="store_true", help="train each decision on the uniform distribution over"
+                        " its legal moves (the expectation of the drawn move's one-hot target, without its noise)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")
     args = parser.parse_args()
     if args.train_seed == 0:
@@ -207,7 +227,7 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
     print(f"{game}, depth {depth}, model {model_dir}, lr {args.lr}, batch {args.batch}, list {name_legal}, one-token"
-          f" names {args.one_token}, context {args.context}, context loss {args.context_loss}"
+          f" names {args.one_token}, context {args.context}, context loss {args.context_loss}, soft {args.soft}"
           + (f", curriculum {args.curriculum}" if args.curriculum else ""), flush=True)
     started = time.monotonic()
     drawn = decisions(game, depth, sum(count for _, count in stages), args.train_seed, options, name_legal,
@@ -215,7 +235,7 @@ def main() -> None:
     rng = random.Random(args.train_seed)
     examples, taken = [], 0
     for context, count in stages:  # each stage's examples shuffled within it, the stages in order
-        stage = [tokenized(tokenizer, decision, context) for decision in drawn[taken:taken + count]]
+        stage = [tokenized(tokenizer, decision, context, args.soft) for decision in drawn[taken:taken + count]]
         rng.shuffle(stage)
         examples.extend(stage)
         taken += count

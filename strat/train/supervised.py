@@ -3,7 +3,9 @@ examples with the loss on the reply's tokens only, AdamW with warm-up and cosine
 
 An example is (prompt messages, reply). The prompt (system and user messages, formatted by the tokenizer's chat
 template) gets no loss; a whole reply (text) and its end-of-turn token do. A `PartialReply` is a reply cut where one
-skill is exercised: its opening is given without loss, and only its target (e.g. a move's name) is learnt.
+skill is exercised: its opening is given without loss, and only its target (e.g. a move's name) is learnt. Where the
+target was drawn uniformly from several (`PartialReply.drawn_from`, e.g. a random legal move), the token where they
+part is learnt as the distribution they give it, the draw's expectation without its noise (`soft_label`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,24 @@ class PartialReply:
 
     prefix: str
     target: str
+    drawn_from: tuple[str, ...] = ()
+    """The targets `target` was drawn from uniformly (it among them), e.g. every legal move's name: the first token
+    where they part is then learnt as their distribution over it (`soft_label`), the loss's expectation over the draw
+    without its sampling noise; the tokens before and after it are `target`'s. Empty: `target` alone."""
+
+    def __post_init__(self) -> None:
+        if self.drawn_from and self.target not in self.drawn_from:
+            raise ValueError(f"PartialReply target {self.target!r} is not among drawn_from {self.drawn_from!r}")
+
+
+@dataclass(frozen=True)
+class SoftLabel:
+    """A distribution in place of one labelled token: at `position` (an index into the example's input ids, whose
+    hard label the loss then ignores), the target is `weights` over `tokens`."""
+
+    position: int
+    tokens: tuple[int, ...]
+    weights: tuple[float, ...]
 
 
 Example = tuple[Messages, str | PartialReply]
@@ -93,10 +113,33 @@ def encode_example(tokenizer, messages: Messages, response: str | PartialReply) 
     return prompt + target, [IGNORE_INDEX] * len(prompt) + target
 
 
-def collate(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+def soft_label(tokenizer, messages: Messages, response: str | PartialReply) -> SoftLabel | None:
+    """The distribution that replaces one label of `encode_example`'s: for a `PartialReply` with `drawn_from`, at the
+    first token where the candidates' tokenizations part (after any they share, such as a leading space), the share
+    of candidates that continue with each token. None for any other example, or where every candidate tokenizes
+    alike. A ValueError where one candidate's tokens are a prefix of another's (no token tells them apart there)."""
+    if not isinstance(response, PartialReply) or len(set(response.drawn_from)) < 2:
+        return None
+    candidates = [_token_ids(tokenizer(name, add_special_tokens=False)) for name in response.drawn_from]
+    part = 0
+    while all(len(ids) > part for ids in candidates) and len({ids[part] for ids in candidates}) == 1:
+        part += 1
+    if any(len(ids) <= part for ids in candidates):
+        raise ValueError(f"the candidate targets {response.drawn_from!r}: one's tokens are a prefix of another's")
+    shares: dict[int, float] = {}
+    for ids in candidates:
+        shares[ids[part]] = shares.get(ids[part], 0.0) + 1.0 / len(candidates)
+    start = len(encode_example(tokenizer, messages, response)[0]) - len(
+        _token_ids(tokenizer(response.target, add_special_tokens=False)))
+    return SoftLabel(start + part, tuple(shares), tuple(shares.values()))
+
+
+def collate(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int,
+            soft: Sequence[SoftLabel | None] = ()) -> dict[str, torch.Tensor]:
     """Right-padded input ids, attention mask and labels (IGNORE_INDEX on padding) for a batch, and `context_labels`:
     the input ids where the labels ignore them (the context: the prompt and a partial reply's prefix), IGNORE_INDEX
-    elsewhere."""
+    elsewhere. With any `soft` labels (one per row, None for most), also `soft_position` (-1 where a row has none;
+    its hard label there becomes IGNORE_INDEX), `soft_tokens` and `soft_weights` (zero-padded)."""
     width = max(len(ids) for ids, _ in encoded)
     input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
     labels = torch.full((len(encoded), width), IGNORE_INDEX, dtype=torch.long)
@@ -106,7 +149,22 @@ def collate(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict
         labels[row, : len(ids)] = torch.tensor(target)
         attention[row, : len(ids)] = 1
     context = torch.where((labels == IGNORE_INDEX) & (attention == 1), input_ids, IGNORE_INDEX)
-    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels, "context_labels": context}
+    batch = {"input_ids": input_ids, "attention_mask": attention, "labels": labels, "context_labels": context}
+    if any(label is not None for label in soft):
+        if len(soft) != len(encoded):
+            raise ValueError(f"{len(soft)} soft labels for {len(encoded)} examples")
+        width = max(len(label.tokens) for label in soft if label is not None)
+        batch["soft_position"] = torch.full((len(encoded),), -1, dtype=torch.long)
+        batch["soft_tokens"] = torch.zeros((len(encoded), width), dtype=torch.long)
+        batch["soft_weights"] = torch.zeros((len(encoded), width), dtype=torch.float32)
+        for row, label in enumerate(soft):
+            if label is None:
+                continue
+            batch["soft_position"][row] = label.position
+            batch["soft_tokens"][row, : len(label.tokens)] = torch.tensor(label.tokens)
+            batch["soft_weights"][row, : len(label.weights)] = torch.tensor(label.weights)
+            labels[row, label.position] = IGNORE_INDEX
+    return batch
 
 
 def shared_prefix(batch: Mapping[str, torch.Tensor]) -> int:
@@ -154,7 +212,9 @@ def response_loss(model, batch: Mapping[str, torch.Tensor], example_mean: bool =
         use_cache=cache is not None,
     ).logits[:, :-1]
     targets = batch["labels"][:, shared + 1 :]
-    if not example_mean:
+    if "soft_position" in batch:
+        loss = _loss_with_soft(logits, targets, batch, shared, example_mean)
+    elif not example_mean:
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
                                ignore_index=IGNORE_INDEX)
     else:
@@ -166,6 +226,25 @@ def response_loss(model, batch: Mapping[str, torch.Tensor], example_mean: bool =
             loss = loss + context_loss * _row_means(F.cross_entropy(
                 logits.transpose(1, 2).float(), context, ignore_index=IGNORE_INDEX, reduction="none"), context)
     return loss
+
+
+def _loss_with_soft(logits: torch.Tensor, targets: torch.Tensor, batch: Mapping[str, torch.Tensor], shared: int,
+                    example_mean: bool) -> torch.Tensor:
+    """`response_loss`'s loss over the labelled tokens where some rows have a soft label: at its position the
+    cross-entropy against its weights takes the place of the (ignored) hard label's, counted as one token."""
+    per_token = F.cross_entropy(logits.transpose(1, 2).float(), targets, ignore_index=IGNORE_INDEX, reduction="none")
+    counted = (targets != IGNORE_INDEX).float()
+    rows = (batch["soft_position"] >= 0).nonzero().flatten()
+    columns = batch["soft_position"][rows] - 1 - shared  # the logits at index i predict the token at i + 1 + shared
+    log_probs = torch.log_softmax(logits[rows, columns].float(), dim=-1)
+    soft = -(log_probs.gather(1, batch["soft_tokens"][rows]) * batch["soft_weights"][rows]).sum(dim=1)
+    per_token = per_token.index_put((rows, columns), soft, accumulate=True)
+    counted = counted.index_put((rows, columns), torch.ones_like(soft), accumulate=True)
+    if not example_mean:
+        return per_token.sum() / counted.sum()
+    counts = counted.sum(dim=1)
+    kept = counts > 0
+    return (per_token.sum(dim=1)[kept] / counts[kept]).mean()
 
 
 def _lr_factor(step: int, total: int) -> float:
@@ -222,6 +301,9 @@ def _fit(model_dir: Path, out_dir: Path, examples: Sequence[Example], settings: 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
     model.train()
     encoded = [encode_example(tokenizer, messages, response) for messages, response in examples]
+    soft = [soft_label(tokenizer, messages, response) for messages, response in examples]
+    if all(label is None for label in soft):
+        soft = []
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.0)
     per_epoch = math.ceil(len(encoded) / settings.batch_size)
@@ -238,7 +320,8 @@ def _fit(model_dir: Path, out_dir: Path, examples: Sequence[Example], settings: 
             if time.monotonic() - start > settings.max_seconds:
                 stopped_early = True
                 break
-            batch = collate([encoded[i] for i in permutation[first : first + settings.batch_size]], pad_id)
+            chosen = permutation[first : first + settings.batch_size]
+            batch = collate([encoded[i] for i in chosen], pad_id, [soft[i] for i in chosen] if soft else ())
             for group in optimizer.param_groups:
                 group["lr"] = settings.lr * _lr_factor(len(losses), total)
             loss = response_loss(model, batch, settings.example_mean, settings.context_loss)
@@ -301,7 +384,16 @@ def cache_key(model_dir: Path, payload: Mapping[str, object]) -> str:
 
 def examples_hash(examples: Sequence[Example]) -> str:
     """The SHA-256 of a stage's examples, for its cache key."""
-    return hashlib.sha256(json.dumps(examples, default=asdict).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(examples, default=_hashed).encode()).hexdigest()
+
+
+def _hashed(record: object) -> dict[str, object]:
+    """A dataclass as `examples_hash` hashes it: a `PartialReply` without candidates as it was before they existed,
+    so that caches built then keep their keys."""
+    fields = asdict(record)
+    if isinstance(record, PartialReply) and not record.drawn_from:
+        del fields["drawn_from"]
+    return fields
 
 
 def ensure_built(target: Path, build: Callable[[Path], object], info_file: str) -> Path:

@@ -216,11 +216,18 @@ def first_mention(response: str, name: str, depth: int) -> tuple[str, bool]:
     return response[: response.index("<action>") + len("<action>")], False
 
 
+MOVE_TARGETS = ("drawn", "legal")
+"""`WarmStartSettings.move_target`: a move example learns the drawn move's name (`drawn`), or the uniform distribution
+over the legal moves' names (`legal`: the drawn target's expectation, without its sampling noise)."""
+
+
 def move_examples(game: str, depth: int, count: int, seed: int, options: GameOptions = (),
-                  name_legal: bool = False) -> list[Example]:
+                  name_legal: bool = False, target: str = "drawn") -> list[Example]:
     """`count` examples of naming a legal move where the response chooses its move: at a uniformly drawn decision
     point of each of `count` uniformly random games, the prompt, and a response templated for a uniformly drawn
-    legal move cut at its first mention (`first_mention`) as a `PartialReply` whose target is that move's name.
+    legal move cut at its first mention (`first_mention`) as a `PartialReply` whose target is that move's name; with
+    `target="legal"` the reply also carries every legal move's name as `drawn_from` (the text before the first mention
+    does not depend on the move), so the fit learns their uniform distribution there.
 
     Which legal move is drawn at random, so the examples teach which moves are legal in a state (read from the
     prompt), never which to choose. The games, the draws and the phrasing come from one stream seeded by `seed`, apart
@@ -239,7 +246,9 @@ def move_examples(game: str, depth: int, count: int, seed: int, options: GameOpt
         move = rng.choice(state.legal_actions(agent))
         name = state.action_name(move, agent)
         prefix, space = first_mention(templated_response(state, agent, move, depth, rng, name_legal), name, depth)
-        examples.append((build_messages(state, agent, depth), PartialReply(prefix, (" " if space else "") + name)))
+        lead = " " if space else ""
+        legal = tuple(lead + legal_name for legal_name in state.legal_action_names(agent)) if target == "legal" else ()
+        examples.append((build_messages(state, agent, depth), PartialReply(prefix, lead + name, legal)))
     return examples
 
 
@@ -323,6 +332,9 @@ class WarmStartSettings:
     """Add this weight times each example's mean next-token loss over its prompt (`supervised.response_loss`): the
     model also learns to predict the game's text, a dense signal for reading it (and the system prompt is no longer
     cached across a batch: slower). 0: the response alone."""
+    move_target: str = "drawn"
+    """What a move example learns (`MOVE_TARGETS`): the drawn legal move's name, or the uniform distribution over
+    every legal move's name (`legal`)."""
 
     def __post_init__(self) -> None:
         _check_player(self.player)
@@ -337,6 +349,8 @@ class WarmStartSettings:
         for name in ("episodes", "epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"warm-start {name} must be >= 1, got {getattr(self, name)}")
+        if self.move_target not in MOVE_TARGETS:
+            raise ValueError(f"warm-start move_target {self.move_target!r} is not one of {', '.join(MOVE_TARGETS)}")
         if not self.context_loss >= 0:
             raise ValueError(f"warm-start context_loss must be >= 0, got {self.context_loss}")
         if not self.lr > 0 or not self.max_seconds > 0:
@@ -374,7 +388,7 @@ def warm_start_examples(game: str, settings: WarmStartSettings) -> list[Example]
         examples += pretrain_examples(game, corpus)
     if settings.move_examples:
         examples += move_examples(game, settings.depth, settings.move_examples, settings.seed,
-                                  settings.game_options, settings.name_legal_moves)
+                                  settings.game_options, settings.name_legal_moves, settings.move_target)
     return examples
 
 
@@ -390,6 +404,8 @@ def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples
         del fields["move_examples"]
     if not settings.context_loss:  # and those without the context's loss
         del fields["context_loss"]
+    if settings.move_target == "drawn":  # and those whose move examples learn the drawn move
+        del fields["move_target"]
     return supervised.cache_key(model_dir, {"version": WARM_VERSION, "game": game, "settings": fields,
                                             "transcripts": supervised.examples_hash(examples)})
 

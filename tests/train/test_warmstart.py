@@ -581,3 +581,106 @@ def test_move_examples_join_the_warm_start_and_change_its_key_and_loss(tiny_mode
     assert warm_start_settings(config).move_examples == 500
     with pytest.raises(ValueError, match="move_examples must be >= 0"):
         WarmStartSettings(move_examples=-1)
+
+
+def test_a_soft_label_is_the_candidates_share_where_their_tokens_part(tiny_model_dir: Path) -> None:
+    """`drawn_from`: at the first token where the candidates' tokenizations part, the target is the share of
+    candidates that continue with each token (worked by hand on this tokenizer: " b2" and " b3" open with the
+    space token, " a1" with " a"); the position is that token's in the encoded example, whose hard label the
+    batch then ignores."""
+    from strat.train.supervised import PartialReply, soft_label
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    (messages, _), *_ = transcripts("kuhn_poker", 1, 1, seed=0)
+    names = (" b2", " b3", " a1", " 5", " 3")
+    ids_of = {name: tokenizer(name, add_special_tokens=False)["input_ids"] for name in names}
+    space, b, a = ids_of[" b2"][0], ids_of[" b2"][1], ids_of[" a1"][0]
+    assert ids_of[" b3"][:2] == [space, b] and ids_of[" a1"][0] != space  # the hand-worked case holds here
+
+    reply = PartialReply("<plan>I play", " b2", (" b2", " b3", " a1"))
+    ids, labels = encode_example(tokenizer, messages, reply)
+    label = soft_label(tokenizer, messages, reply)
+    start = len(ids) - len(ids_of[" b2"])
+    assert label is not None and label.position == start
+    assert dict(zip(label.tokens, label.weights, strict=True)) == pytest.approx({space: 2 / 3, a: 1 / 3})
+    # Digits share the space and part at the digit.
+    digits = soft_label(tokenizer, messages, PartialReply("<plan>I play", " 5", (" 5", " 3")))
+    assert digits is not None and digits.position == start + 1
+    assert dict(zip(digits.tokens, digits.weights, strict=True)) == {ids_of[" 5"][1]: 0.5, ids_of[" 3"][1]: 0.5}
+    batch = collate([encode_example(tokenizer, messages, reply)], tokenizer.pad_token_id, [label])
+    assert batch["labels"][0, start] == IGNORE_INDEX and batch["labels"][0, start + 1] == labels[start + 1]
+    # No candidates, or one: the target alone.
+    assert soft_label(tokenizer, messages, PartialReply("<plan>I play", " b2")) is None
+    assert soft_label(tokenizer, messages, PartialReply("<plan>I play", " b2", (" b2",))) is None
+    with pytest.raises(ValueError, match="not among drawn_from"):
+        PartialReply("<plan>I play", " c3", (" b2", " b3"))
+    with pytest.raises(ValueError, match="a prefix of another"):
+        soft_label(tokenizer, messages, PartialReply("<plan>I play", " b", (" b", " b2")))
+
+
+@pytest.mark.parametrize("example_mean", [True, False])
+def test_a_soft_target_is_the_drawn_targets_expected_loss(tiny_model_dir: Path, example_mean: bool) -> None:
+    """The loss of an example whose target is soft over candidates equals the mean, over the candidates, of the loss
+    of the same example with that candidate drawn (the expectation the soft target stands for), whether the batch
+    averages by example or by token, beside a whole reply. The candidates are digits after a space: two tokens each,
+    the space shared, so every draw counts the same tokens and the identity is exact."""
+    from strat.train.supervised import PartialReply, soft_label
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    (messages, response), (other, _), *_ = transcripts("kuhn_poker", 1, 1, seed=0)
+    names = (" 5", " 3", " 1")
+    assert {len(tokenizer(name, add_special_tokens=False)["input_ids"]) for name in names} == {2}
+    whole = encode_example(tokenizer, messages, response)
+    with torch.no_grad():
+        drawn = [supervised.response_loss(model, collate([whole, encode_example(
+            tokenizer, other, PartialReply("<plan>I play", name))], tokenizer.pad_token_id), example_mean).item()
+            for name in names]
+        soft = PartialReply("<plan>I play", " 3", names)
+        batch = collate([whole, encode_example(tokenizer, other, soft)], tokenizer.pad_token_id,
+                        [None, soft_label(tokenizer, other, soft)])
+        loss = supervised.response_loss(model, batch, example_mean).item()
+    assert len(set(drawn)) == 3  # the draws' losses differ: the identity is not trivial
+    assert loss == pytest.approx(sum(drawn) / 3, rel=1e-5)
+
+
+def test_move_target_legal_gives_every_legal_move_as_a_candidate(tiny_model_dir: Path) -> None:
+    """`move_target="legal"`: the same examples as `drawn` (prompt, cut and drawn move), each carrying every legal
+    move's name, with the drawn target's leading space, as its candidates; the config key reaches the settings,
+    changes the cache key (and `drawn` keeps the old one: its examples hash as before candidates existed), and is
+    refused without move examples."""
+    from strat.config import ConfigError
+    from strat.config_loading import load_config
+    from strat.train.settings import warm_start_settings
+    from strat.train.supervised import PartialReply
+    from strat.train.warmstart import _cache_key, move_examples, warm_start_examples
+
+    drawn = move_examples("tic_tac_toe", 2, 20, seed=3)
+    legal = move_examples("tic_tac_toe", 2, 20, seed=3, target="legal")
+    assert [(m, r.prefix, r.target) for m, r in legal] == [(m, r.prefix, r.target) for m, r in drawn]
+    for messages, reply in legal:
+        names = messages[-1]["content"].split("Legal actions: ")[1].splitlines()[0].split(", ")
+        lead = " " if reply.target.startswith(" ") else ""
+        assert reply.drawn_from == tuple(lead + name for name in names)
+    assert all(not reply.drawn_from for _, reply in drawn)
+    assert supervised._hashed(PartialReply("a", "b")) == {"prefix": "a", "target": "b"}
+
+    plain = WarmStartSettings(episodes=3, depth=2, move_examples=7)
+    soft = WarmStartSettings(episodes=3, depth=2, move_examples=7, move_target="legal")
+    assert _cache_key(tiny_model_dir, "tic_tac_toe", plain, warm_start_examples("tic_tac_toe", plain)) != _cache_key(
+        tiny_model_dir, "tic_tac_toe", soft, warm_start_examples("tic_tac_toe", soft))
+    with pytest.raises(ValueError, match="move_target 'best' is not one of drawn, legal"):
+        WarmStartSettings(move_target="best")
+    root = Path(__file__).resolve().parents[2] / "configs"
+    config = load_config(root / "tic_tac_toe_tiny.yaml",
+                         ["warm_start.move_examples=50", "warm_start.move_target=legal"])
+    assert warm_start_settings(config).move_target == "legal"
+    with pytest.raises(ConfigError, match="warm_start.move_target=legal: it applies to move examples"):
+        load_config(root / "tic_tac_toe_tiny.yaml", ["warm_start.move_target=legal"])
+
+
+def test_a_warm_start_with_soft_move_targets_trains(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The fit runs with soft labels in its batches (some rows soft, some not) and lowers the loss."""
+    settings = WarmStartSettings(depth=1, episodes=2, epochs=2, move_examples=8, move_target="legal", batch_size=4)
+    figures = warm_start(tiny_model_dir, tmp_path / "warm", "kuhn_poker", settings)
+    assert figures["examples"] > 8 and figures["final_loss"] < figures["first_loss"]
