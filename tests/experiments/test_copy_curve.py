@@ -37,10 +37,10 @@ def test_the_loss_is_the_targets_cross_entropy(curve, tmp_path: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     batch = [curve.tokenized(tokenizer, d) for d in curve.decisions("tic_tac_toe", 1, 3, seed=5, options={},
                                                                      name_legal=False)]
-    assert len({len(context) for context, _ in batch}) > 1, "the examples must need padding"
+    assert len({len(context) for context, _, _ in batch}) > 1, "the examples must need padding"
     alone, with_context = [], []
     with torch.no_grad():
-        for context, target in batch:
+        for context, target, _ in batch:
             logprobs = torch.log_softmax(model(torch.tensor([context + target])).logits[0], dim=-1)
             move = -sum(float(logprobs[len(context) - 1 + k, token]) for k, token in enumerate(target)) / len(target)
             reading = -sum(float(logprobs[k - 1, context[k]]) for k in range(1, len(context))) / (len(context) - 1)
@@ -51,6 +51,25 @@ def test_the_loss_is_the_targets_cross_entropy(curve, tmp_path: Path) -> None:
     assert float(loss) == pytest.approx(sum(alone) / len(alone), abs=1e-4)
     # --context-loss adds the weighted mean next-token loss of each example's own context
     assert float(dense) == pytest.approx(sum(with_context) / len(with_context), abs=1e-4)
+
+
+def test_the_soft_target_is_the_mean_of_the_legal_moves_targets(curve, tmp_path: Path) -> None:
+    """`--soft`: a decision's loss is the mean, over its legal moves, of the loss with that move as the target (the
+    expectation of the drawn target's loss); the digits' names share the leading space and part at the digit."""
+    from dataclasses import replace
+
+    model_dir = tiny.build("tic_tac_toe", tmp_path / "ttt", seed=0, text_options=(("move_names", "digits"),))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    decision = curve.decisions("tic_tac_toe", 2, 3, seed=5, options={"move_names": "digits"}, name_legal=False)[2]
+    assert 1 < len(decision.legal) < 9
+    with torch.no_grad():
+        drawn = [float(curve.batch_loss(model, tokenizer.pad_token_id,
+                                        [curve.tokenized(tokenizer, replace(decision, move=move))]))
+                 for move in decision.legal]
+        soft = float(curve.batch_loss(model, tokenizer.pad_token_id, [curve.tokenized(tokenizer, decision, soft=True)]))
+    assert len(set(drawn)) > 1
+    assert soft == pytest.approx(sum(drawn) / len(drawn), abs=1e-5)
 
 
 def test_one_token_names_replace_every_whole_move_name(curve) -> None:
