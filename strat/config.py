@@ -207,7 +207,9 @@ class WarmStartConfig(_Section):
     """What a move example (`move_examples`) learns where it names its move: `drawn`, the name of the legal move drawn
     at random; `legal`, the uniform distribution over every legal move's name (at the first token where the names
     differ), which is the drawn target's expected loss without its sampling noise. Both teach which moves are legal,
-    never which to play. `drawn` keeps the cache key unchanged."""
+    never which to play. In tic-tac-toe `legal` lifted the legal mass at the first mention from 0.822 to 0.998 and
+    free-play validity from 59% to 92% (docs/results.md); `drawn`, the default, keeps earlier warm starts' cache
+    keys and recorded commands."""
 
 
 class EngineConfig(_Section):
