@@ -103,6 +103,8 @@ class ModelConfig(_Section):
 
 WarmStartPlayer = Literal["random", "heuristic", "contrarian", "timid", "bully", "station", "reader"]
 WEAK_PLAYERS: tuple[str, ...] = get_args(WarmStartPlayer)
+MoveTarget = Literal["drawn", "legal"]
+"""What a warm start's move example learns (`WarmStartConfig.move_target`)."""
 """Scripted players whose play a warm start may imitate; equilibrium and minimax would teach strategy, not format."""
 
 
@@ -203,7 +205,7 @@ class WarmStartConfig(_Section):
     tic-tac-toe's copy curve it lifted the legal mass at the first mention from 0.686 to 0.773 after 24,000 examples
     (docs/results.md). Slower: the system prompt is no longer computed once a batch. 0: the response alone (and
     the cache key unchanged)."""
-    move_target: Literal["drawn", "legal"] = "drawn"
+    move_target: MoveTarget = "drawn"
     """What a move example (`move_examples`) learns where it names its move: `drawn`, the name of the legal move drawn
     at random; `legal`, the uniform distribution over every legal move's name (at the first token where the names
     differ), which is the drawn target's expected loss without its sampling noise. Both teach which moves are legal,

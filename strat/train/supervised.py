@@ -113,11 +113,12 @@ def encode_example(tokenizer, messages: Messages, response: str | PartialReply) 
     return prompt + target, [IGNORE_INDEX] * len(prompt) + target
 
 
-def soft_label(tokenizer, messages: Messages, response: str | PartialReply) -> SoftLabel | None:
-    """The distribution that replaces one label of `encode_example`'s: for a `PartialReply` with `drawn_from`, at the
-    first token where the candidates' tokenizations part (after any they share, such as a leading space), the share
-    of candidates that continue with each token. None for any other example, or where every candidate tokenizes
-    alike. A ValueError where one candidate's tokens are a prefix of another's (no token tells them apart there)."""
+def soft_label(tokenizer, response: str | PartialReply, length: int) -> SoftLabel | None:
+    """The distribution that replaces one label of `encode_example`'s (whose ids are `length` long, the target last):
+    for a `PartialReply` with `drawn_from`, at the first token where the candidates' tokenizations part (after any
+    they share, such as a leading space), the share of candidates that continue with each token. None for any other
+    example, or where every candidate tokenizes alike. A ValueError where one candidate's tokens are a prefix of
+    another's (no token tells them apart there)."""
     if not isinstance(response, PartialReply) or len(set(response.drawn_from)) < 2:
         return None
     candidates = [_token_ids(tokenizer(name, add_special_tokens=False)) for name in response.drawn_from]
@@ -129,8 +130,7 @@ def soft_label(tokenizer, messages: Messages, response: str | PartialReply) -> S
     shares: dict[int, float] = {}
     for ids in candidates:
         shares[ids[part]] = shares.get(ids[part], 0.0) + 1.0 / len(candidates)
-    start = len(encode_example(tokenizer, messages, response)[0]) - len(
-        _token_ids(tokenizer(response.target, add_special_tokens=False)))
+    start = length - len(_token_ids(tokenizer(response.target, add_special_tokens=False)))
     return SoftLabel(start + part, tuple(shares), tuple(shares.values()))
 
 
@@ -301,7 +301,8 @@ def _fit(model_dir: Path, out_dir: Path, examples: Sequence[Example], settings: 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True)
     model.train()
     encoded = [encode_example(tokenizer, messages, response) for messages, response in examples]
-    soft = [soft_label(tokenizer, messages, response) for messages, response in examples]
+    soft = [soft_label(tokenizer, response, len(ids))
+            for (_, response), (ids, _) in zip(examples, encoded, strict=True)]
     if all(label is None for label in soft):
         soft = []
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 import games
 from games.heuristics import READER_TURNS
@@ -30,7 +30,7 @@ from strat.algorithm.reasoning import (
     section_occurrences,
 )
 from strat.algorithm.records import Sections
-from strat.config import WEAK_PLAYERS
+from strat.config import WEAK_PLAYERS, MoveTarget
 from strat.engines import SamplingParams, build_engine
 from strat.model.tiny import cache_dir
 from strat.train import supervised
@@ -216,7 +216,7 @@ def first_mention(response: str, name: str, depth: int) -> tuple[str, bool]:
     return response[: response.index("<action>") + len("<action>")], False
 
 
-MOVE_TARGETS = ("drawn", "legal")
+MOVE_TARGETS: tuple[str, ...] = get_args(MoveTarget)
 """`WarmStartSettings.move_target`: a move example learns the drawn move's name (`drawn`), or the uniform distribution
 over the legal moves' names (`legal`: the drawn target's expectation, without its sampling noise)."""
 

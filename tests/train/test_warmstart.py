@@ -600,23 +600,24 @@ def test_a_soft_label_is_the_candidates_share_where_their_tokens_part(tiny_model
 
     reply = PartialReply("<plan>I play", " b2", (" b2", " b3", " a1"))
     ids, labels = encode_example(tokenizer, messages, reply)
-    label = soft_label(tokenizer, messages, reply)
+    label = soft_label(tokenizer, reply, len(ids))
     start = len(ids) - len(ids_of[" b2"])
     assert label is not None and label.position == start
     assert dict(zip(label.tokens, label.weights, strict=True)) == pytest.approx({space: 2 / 3, a: 1 / 3})
     # Digits share the space and part at the digit.
-    digits = soft_label(tokenizer, messages, PartialReply("<plan>I play", " 5", (" 5", " 3")))
+    five = PartialReply("<plan>I play", " 5", (" 5", " 3"))
+    digits = soft_label(tokenizer, five, len(encode_example(tokenizer, messages, five)[0]))
     assert digits is not None and digits.position == start + 1
     assert dict(zip(digits.tokens, digits.weights, strict=True)) == {ids_of[" 5"][1]: 0.5, ids_of[" 3"][1]: 0.5}
     batch = collate([encode_example(tokenizer, messages, reply)], tokenizer.pad_token_id, [label])
     assert batch["labels"][0, start] == IGNORE_INDEX and batch["labels"][0, start + 1] == labels[start + 1]
     # No candidates, or one: the target alone.
-    assert soft_label(tokenizer, messages, PartialReply("<plan>I play", " b2")) is None
-    assert soft_label(tokenizer, messages, PartialReply("<plan>I play", " b2", (" b2",))) is None
+    assert soft_label(tokenizer, PartialReply("<plan>I play", " b2"), len(ids)) is None
+    assert soft_label(tokenizer, PartialReply("<plan>I play", " b2", (" b2",)), len(ids)) is None
     with pytest.raises(ValueError, match="not among drawn_from"):
         PartialReply("<plan>I play", " c3", (" b2", " b3"))
     with pytest.raises(ValueError, match="a prefix of another"):
-        soft_label(tokenizer, messages, PartialReply("<plan>I play", " b", (" b", " b2")))
+        soft_label(tokenizer, PartialReply("<plan>I play", " b", (" b", " b2")), len(ids))
 
 
 @pytest.mark.parametrize("example_mean", [True, False])
@@ -638,8 +639,9 @@ def test_a_soft_target_is_the_drawn_targets_expected_loss(tiny_model_dir: Path, 
             tokenizer, other, PartialReply("<plan>I play", name))], tokenizer.pad_token_id), example_mean).item()
             for name in names]
         soft = PartialReply("<plan>I play", " 3", names)
-        batch = collate([whole, encode_example(tokenizer, other, soft)], tokenizer.pad_token_id,
-                        [None, soft_label(tokenizer, other, soft)])
+        encoded = encode_example(tokenizer, other, soft)
+        label = soft_label(tokenizer, soft, len(encoded[0]))
+        batch = collate([whole, encoded], tokenizer.pad_token_id, [None, label])
         loss = supervised.response_loss(model, batch, example_mean).item()
     assert len(set(drawn)) == 3  # the draws' losses differ: the identity is not trivial
     assert loss == pytest.approx(sum(drawn) / 3, rel=1e-5)
