@@ -335,6 +335,33 @@ so calling "liar" on them loses (self-play and random bidders make false bids, w
 held-out player: the evaluation's heuristic player weighs probabilities instead."""
 
 
+def tic_tac_toe_striker(env: TicTacToeEnv, agent: str) -> dict[int, float]:
+    """Complete a line of its own when it can, else a uniformly random empty cell: it never blocks."""
+    grid = _grid(env.pyspiel_state)
+    legal = env.legal_actions(agent)
+    mine, _ = _marks(env.pyspiel_state)
+    return _uniform([a for a in legal if _completes_line(grid, *divmod(a, 3), mine, 3)] or legal)
+
+
+def connect_four_striker(env: ConnectFourEnv, agent: str) -> dict[int, float]:
+    """Complete a line of its own when it can, else a uniformly random open column: it never blocks."""
+    grid = _grid(env.pyspiel_state)
+    legal = env.legal_actions(agent)
+    mine, _ = _marks(env.pyspiel_state)
+    in_row = env.pyspiel_state.get_game().get_parameters()["x_in_row"]
+    landing = {a: (max(r for r in range(len(grid)) if grid[r][a] == "."), a) for a in legal}
+    return _uniform([a for a in legal if _completes_line(grid, *landing[a], mine, in_row)] or legal)
+
+
+STRIKER: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
+    "tic_tac_toe": tic_tac_toe_striker,
+    "connect_four": connect_four_striker,
+}
+"""Players that take every win they are offered and otherwise play at random: a training opponent that punishes a
+line left open (random players seldom do), so that the outcome teaches blocking. Not a held-out player: the
+evaluation's heuristic player also blocks and takes the centre, and minimax plays perfectly."""
+
+
 def _pick(action: int) -> dict[int, float]:
     return {action: 1.0}
 

@@ -1,5 +1,5 @@
 """Scripted opponents behind one interface: random, heuristic, the weak players (contrarian, timid, bully,
-station, truthful), equilibrium (CFR), minimax."""
+station, truthful, striker), equilibrium (CFR), minimax."""
 
 from __future__ import annotations
 
@@ -71,6 +71,7 @@ def _availability() -> dict[str, frozenset[str]]:
         "station": frozenset(heuristics.STATION),
         "reader": frozenset(heuristics.READER),
         "truthful": frozenset(heuristics.TRUTHFUL),
+        "striker": frozenset(heuristics.STRIKER),
         "equilibrium": frozenset(equilibrium.GAMES),
         "minimax": frozenset(minimax.GAMES),
     }
@@ -88,8 +89,8 @@ def opponent_names(game: str, **options: int | float | str | bool) -> list[str]:
 
 REFERENCE_PLAYERS = ("random", "heuristic", "equilibrium", "minimax")
 """The players an evaluation measures against by default: uniform random and the references a game has (its
-heuristic player, its equilibrium, minimax). The weak players (contrarian, timid, bully, station, reader, truthful)
-exist to be imitated by a warm start or trained against; they are played when named."""
+heuristic player, its equilibrium, minimax). The weak players (contrarian, timid, bully, station, reader, truthful,
+striker) exist to be imitated by a warm start or trained against; they are played when named."""
 
 
 def reference_opponents(game: str, **options: int | float | str | bool) -> list[str]:
@@ -113,7 +114,7 @@ def make_opponent(
         return RandomOpponent(seed)
     scripted = {"heuristic": heuristics.POLICIES, "contrarian": heuristics.CONTRARIAN, "timid": heuristics.TIMID,
                 "bully": heuristics.BULLY, "station": heuristics.STATION, "reader": heuristics.READER,
-                "truthful": heuristics.TRUTHFUL}
+                "truthful": heuristics.TRUTHFUL, "striker": heuristics.STRIKER}
     if name in scripted:
         return PolicyOpponent(name, scripted[name][game], seed)
     if name == "equilibrium":

@@ -320,7 +320,7 @@ class OpponentConfig(_Section):
     the policy's exploitability down (exploitability descent)."""
     name: str | None = None
     """For kind=scripted, the scripted opponent's name (random, heuristic, equilibrium, minimax, or a weak player:
-    contrarian, timid, bully, station, truthful; `games.opponents.opponent_names` lists those of a game); for
+    contrarian, timid, bully, station, truthful, striker; `games.opponents.opponent_names` lists those of a game); for
     kind=policy, the name of an entry of `policies`."""
     weight: float = Field(1.0, gt=0.0)
     """Relative share of games against this opponent."""

@@ -60,10 +60,10 @@ def test_opponent_names_and_errors():
     ]
     assert "reader" not in opponent_names("kuhn_poker", players=3)  # its belief is about one opponent
     assert opponent_names("leduc_poker") == ["random", "heuristic", "contrarian", "timid", "equilibrium"]
-    assert opponent_names("tic_tac_toe") == ["random", "heuristic", "minimax"]
+    assert opponent_names("tic_tac_toe") == ["random", "heuristic", "striker", "minimax"]
     assert opponent_names("liars_dice") == ["random", "heuristic", "contrarian", "timid", "truthful"]
-    for name in ("bargaining", "connect_four"):
-        assert opponent_names(name) == ["random", "heuristic"]
+    assert opponent_names("connect_four") == ["random", "heuristic", "striker"]
+    assert opponent_names("bargaining") == ["random", "heuristic"]
     # An evaluation's default: random and the references, not the weak players a warm start imitates.
     assert reference_opponents("kuhn_poker") == ["random", "heuristic", "equilibrium"]
     assert reference_opponents("kuhn_poker", players=3) == ["random", "heuristic", "equilibrium"]
@@ -365,6 +365,51 @@ def test_heuristic_does_better_than_random(name):
     heuristic, error = mean_return(name, "heuristic", "random", 150)
     baseline, baseline_error = mean_return(name, "random", "random", 150)
     assert heuristic - baseline > 1.96 * math.hypot(error, baseline_error), (heuristic, baseline)
+
+
+def test_striker_takes_a_win_and_never_blocks():
+    """Tic-tac-toe: x holds a1 a2 (a3 wins), o holds b1 b2 (b3 wins). x's striker takes a3; o's, with x's a3 open
+    and its own b3 too, takes b3; with its own line blocked it plays any empty cell, a3 (x's win) no likelier."""
+    env = games.make("tic_tac_toe")
+    striker = make_opponent("striker", "tic_tac_toe")
+    env.reset(seed=0)
+    for cell in (0, 3, 1, 4):  # x a1, o b1, x a2, o b2
+        env.step(cell)
+    assert striker.action_probs(env, env.agent_selection) == {2: 1.0}
+    env.step(6)  # x c1 instead: now o can win at b3
+    assert striker.action_probs(env, env.agent_selection) == {5: 1.0}
+    env.reset(seed=0)
+    for cell in (0, 4, 1, 5, 8):  # x a1, o b2, x a2, o b3, x c3 (blocks nothing of o's: b1 is open)
+        env.step(cell)
+    assert striker.action_probs(env, env.agent_selection) == {3: 1.0}
+    env.reset(seed=0)
+    for cell in (0, 4, 1):  # x a1, o b2, x a2: x threatens a3, o has no line to complete
+        env.step(cell)
+    probs = striker.action_probs(env, env.agent_selection)
+    assert set(probs) == set(env.legal_actions()) and len(set(probs.values())) == 1
+
+
+def test_connect_four_striker_completes_its_line_where_the_piece_lands():
+    """x's three stacked in column 0 wins on a fourth; o's three in a row along the bottom (columns 1-3) win at column
+    4 or nowhere else (column 0 is x's). The striker takes its own win and otherwise plays any open column."""
+    env = games.make("connect_four")
+    striker = make_opponent("striker", "connect_four")
+    env.reset(seed=0)
+    for column in (0, 1, 0, 2, 0, 3):  # x 0, o 1, x 0, o 2, x 0, o 3
+        env.step(column)
+    assert striker.action_probs(env, env.agent_selection) == {0: 1.0}  # x's fourth in column 0
+    env.step(6)  # x plays elsewhere: o completes the bottom row at column 4
+    assert striker.action_probs(env, env.agent_selection) == {4: 1.0}
+
+
+def test_striker_is_between_random_and_the_heuristic_player():
+    """It beats random (it takes every win it is offered) and loses to the heuristic player (which also blocks),
+    each outside the 95% interval."""
+    for name in ("tic_tac_toe", "connect_four"):
+        against_random, error = mean_return(name, "striker", "random", 150)
+        assert against_random - 1.96 * error > 0, (name, against_random, error)
+        against_heuristic, error = mean_return(name, "striker", "heuristic", 150)
+        assert against_heuristic + 1.96 * error < 0, (name, against_heuristic, error)
 
 
 @functools.cache
