@@ -1,4 +1,5 @@
-"""Connect Four with text; moves are named by column, "column 1" (left) to "column 7"."""
+"""Connect Four with text; moves are named by column, "column 1" (left) to "column 7". With the option
+`column_numbers: open` the row above the board numbers only the columns that are not full (the legal moves)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,17 @@ import pyspiel
 from games.openspiel_env import OpenSpielEnv
 
 MARKS = ("X", "O")
+COLUMN_NUMBERS = ("all", "open")
+"""The `column_numbers` option: `all` (the row above the board numbers every column, the default) or `open` (it numbers
+the columns that are not full and shows a full one as "-": the legal moves are the numbers written there, as
+tic-tac-toe's `move_names: digits` shows each empty cell by its number)."""
 
 
 class ConnectFourEnv(OpenSpielEnv):
-    """Connect Four: player 0 plays X and moves first."""
+    """Connect Four: player 0 plays X and moves first; option `column_numbers` (`all`, the default, or `open`)."""
 
     game_name = "connect_four"
+    text_options = {"column_numbers": COLUMN_NUMBERS}
 
     @classmethod
     def _action_names(cls, game: pyspiel.Game) -> list[str]:
@@ -21,19 +27,22 @@ class ConnectFourEnv(OpenSpielEnv):
     def rules(self) -> str:
         options = self._config.game.get_parameters()
         rows, columns, in_row = options["rows"], options["columns"], options["x_in_row"]
+        numbers = (" The row above the board numbers each column that is not full; a full column shows -."
+                   if self.text["column_numbers"] == "open" else "")
         return (
             f"Connect Four for 2 players on an upright board of {rows} rows and {columns} columns. "
             "Player 0 plays X and moves first; player 1 plays O. On your turn, name a column that "
             f'is not full, from "column 1" (left) to "column {columns}" (right): your piece falls '
             f"to the lowest empty cell of that column. The first player with {in_row} pieces in a "
             "line (across, up and down, or diagonal) wins: the winner's return is 1 and the "
-            "loser's -1. A full board with no such line is a draw: both get 0."
+            f"loser's -1. A full board with no such line is a draw: both get 0.{numbers}"
         )
 
     def observation_text(self, agent: str) -> str:
         player = self._seats[agent]
         rows = str(self._state).upper().strip().split("\n")
-        header = " ".join(str(column + 1) for column in range(len(rows[0])))
+        every = self.text["column_numbers"] == "all"
+        header = " ".join(str(column + 1) if every or rows[0][column] == "." else "-" for column in range(len(rows[0])))
         board = "\n".join([header] + [" ".join(row) for row in rows])
         parts = [
             f"You are player {player} and play {MARKS[player]}. "

@@ -78,9 +78,31 @@ def test_tic_tac_toe_digits_show_the_free_cells_on_the_board() -> None:
         "player_0")
 
 
+def test_connect_four_open_column_numbers_show_the_legal_moves() -> None:
+    """Column 3 filled (six pieces): the row above the board numbers the six open columns and shows 3 as "-"; the
+    board itself and the move names are those of the default text."""
+    env = games.make("connect_four", column_numbers="open")
+    default = games.make("connect_four")
+    for game in (env, default):
+        game.reset(seed=0)
+        for _ in range(6):
+            game.step(2)
+        game.step(3)  # X's seventh piece in column 4: O to move
+    lines = env.observation_text("player_1").splitlines()
+    assert lines[1] == "1 2 - 4 5 6 7"
+    assert lines[2:] == default.observation_text("player_1").splitlines()[2:]
+    assert default.observation_text("player_1").splitlines()[1] == "1 2 3 4 5 6 7"
+    assert env.legal_action_names() == ["column 1", "column 2", "column 4", "column 5", "column 6", "column 7"]
+    assert [name.split()[1] for name in env.legal_action_names()] == [n for n in lines[1].split() if n != "-"]
+    assert "a full column shows -" in env.rules() and "a full column shows -" not in default.rules()
+    with pytest.raises(ValueError, match="column_numbers='none'"):
+        games.make("connect_four", column_numbers="none")
+
+
 def test_an_unknown_naming_is_refused() -> None:
     assert games.text_options("kuhn_poker") == ("move_names",) and games.text_options("leduc_poker") == ()
     assert games.text_options("tic_tac_toe") == ("move_names",)
+    assert games.text_options("connect_four") == ("column_numbers",)
     with pytest.raises(ValueError, match="move_names='numbers'"):
         games.make("tic_tac_toe", move_names="numbers")
     with pytest.raises(ValueError, match="move_names='poker'.*allowed: \\['pass-bet', 'situational'\\]"):
