@@ -60,9 +60,9 @@ def connect_four(env: ConnectFourEnv, agent: str) -> dict[int, float]:
     legal = env.legal_actions(agent)
     mine, theirs = _marks(env.pyspiel_state)
     in_row = env.pyspiel_state.get_game().get_parameters()["x_in_row"]
-    landing = {a: (max(r for r in range(len(grid)) if grid[r][a] == "."), a) for a in legal}
+    landing = _landing(grid, legal)
     for mark in (mine, theirs):
-        completing = [a for a in legal if _completes_line(grid, *landing[a], mark, in_row)]
+        completing = _connect_four_wins(env, agent, mark)
         if completing:
             return _uniform(completing)
     safe = [a for a in legal if not _sets_up(grid, landing[a], mine, theirs, in_row)]
@@ -345,12 +345,8 @@ def tic_tac_toe_striker(env: TicTacToeEnv, agent: str) -> dict[int, float]:
 
 def connect_four_striker(env: ConnectFourEnv, agent: str) -> dict[int, float]:
     """Complete a line of its own when it can, else a uniformly random open column: it never blocks."""
-    grid = _grid(env.pyspiel_state)
-    legal = env.legal_actions(agent)
     mine, _ = _marks(env.pyspiel_state)
-    in_row = env.pyspiel_state.get_game().get_parameters()["x_in_row"]
-    landing = {a: (max(r for r in range(len(grid)) if grid[r][a] == "."), a) for a in legal}
-    return _uniform([a for a in legal if _completes_line(grid, *landing[a], mine, in_row)] or legal)
+    return _uniform(_connect_four_wins(env, agent, mine) or env.legal_actions(agent))
 
 
 STRIKER: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
@@ -385,6 +381,20 @@ def _grid(state: pyspiel.State) -> list[list[str]]:
 def _marks(state: pyspiel.State) -> tuple[str, str]:
     """(mark of the player to move, mark of the other player)."""
     return ("x", "o") if state.current_player() == 0 else ("o", "x")
+
+
+def _connect_four_wins(env: ConnectFourEnv, agent: str, mark: str) -> list[int]:
+    """The legal columns of `agent` where a piece of `mark` would land to complete a line."""
+    grid = _grid(env.pyspiel_state)
+    legal = env.legal_actions(agent)
+    in_row = env.pyspiel_state.get_game().get_parameters()["x_in_row"]
+    landing = _landing(grid, legal)
+    return [a for a in legal if _completes_line(grid, *landing[a], mark, in_row)]
+
+
+def _landing(grid: list[list[str]], columns: list[int]) -> dict[int, tuple[int, int]]:
+    """Where a piece dropped in each of `columns` lands: (row, column), the lowest empty cell."""
+    return {c: (max(r for r in range(len(grid)) if grid[r][c] == "."), c) for c in columns}
 
 
 def _completes_line(grid: list[list[str]], row: int, col: int, mark: str, length: int) -> bool:
