@@ -56,13 +56,11 @@ def tic_tac_toe(env: TicTacToeEnv, agent: str) -> dict[int, float]:
 
 def connect_four(env: ConnectFourEnv, agent: str) -> dict[int, float]:
     """Win, else block, else avoid playing under the opponent's winning cell; centre first."""
-    grid = _grid(env.pyspiel_state)
-    legal = env.legal_actions(agent)
+    grid, landing, in_row = _drops(env, agent)
+    legal = list(landing)
     mine, theirs = _marks(env.pyspiel_state)
-    in_row = env.pyspiel_state.get_game().get_parameters()["x_in_row"]
-    landing = _landing(grid, legal)
     for mark in (mine, theirs):
-        completing = _connect_four_wins(env, agent, mark)
+        completing = _completing(grid, landing, mark, in_row)
         if completing:
             return _uniform(completing)
     safe = [a for a in legal if not _sets_up(grid, landing[a], mine, theirs, in_row)]
@@ -345,8 +343,9 @@ def tic_tac_toe_striker(env: TicTacToeEnv, agent: str) -> dict[int, float]:
 
 def connect_four_striker(env: ConnectFourEnv, agent: str) -> dict[int, float]:
     """Complete a line of its own when it can, else a uniformly random open column: it never blocks."""
+    grid, landing, in_row = _drops(env, agent)
     mine, _ = _marks(env.pyspiel_state)
-    return _uniform(_connect_four_wins(env, agent, mine) or env.legal_actions(agent))
+    return _uniform(_completing(grid, landing, mine, in_row) or list(landing))
 
 
 STRIKER: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
@@ -383,18 +382,17 @@ def _marks(state: pyspiel.State) -> tuple[str, str]:
     return ("x", "o") if state.current_player() == 0 else ("o", "x")
 
 
-def _connect_four_wins(env: ConnectFourEnv, agent: str, mark: str) -> list[int]:
-    """The legal columns of `agent` where a piece of `mark` would land to complete a line."""
+def _drops(env: ConnectFourEnv, agent: str) -> tuple[list[list[str]], dict[int, tuple[int, int]], int]:
+    """Connect Four's board as rows, where a piece dropped in each of `agent`'s legal columns lands ((row, column),
+    the lowest empty cell; in legal order), and the line length that wins."""
     grid = _grid(env.pyspiel_state)
-    legal = env.legal_actions(agent)
-    in_row = env.pyspiel_state.get_game().get_parameters()["x_in_row"]
-    landing = _landing(grid, legal)
-    return [a for a in legal if _completes_line(grid, *landing[a], mark, in_row)]
+    landing = {c: (max(r for r in range(len(grid)) if grid[r][c] == "."), c) for c in env.legal_actions(agent)}
+    return grid, landing, env.pyspiel_state.get_game().get_parameters()["x_in_row"]
 
 
-def _landing(grid: list[list[str]], columns: list[int]) -> dict[int, tuple[int, int]]:
-    """Where a piece dropped in each of `columns` lands: (row, column), the lowest empty cell."""
-    return {c: (max(r for r in range(len(grid)) if grid[r][c] == "."), c) for c in columns}
+def _completing(grid: list[list[str]], landing: dict[int, tuple[int, int]], mark: str, in_row: int) -> list[int]:
+    """The columns of `landing` where a piece of `mark` would complete a line of `in_row`."""
+    return [column for column, cell in landing.items() if _completes_line(grid, *cell, mark, in_row)]
 
 
 def _completes_line(grid: list[list[str]], row: int, col: int, mark: str, length: int) -> bool:

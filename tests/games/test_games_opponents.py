@@ -369,7 +369,8 @@ def test_heuristic_does_better_than_random(name):
 
 def test_striker_takes_a_win_and_never_blocks():
     """Tic-tac-toe: x holds a1 a2 (a3 wins), o holds b1 b2 (b3 wins). x's striker takes a3; o's, with x's a3 open
-    and its own b3 too, takes b3; with its own line blocked it plays any empty cell, a3 (x's win) no likelier."""
+    and its own b3 too, takes b3 (and b1 in the mirror position); with no line of its own to complete it plays any
+    empty cell, x's winning a3 no likelier: it never blocks."""
     env = games.make("tic_tac_toe")
     striker = make_opponent("striker", "tic_tac_toe")
     env.reset(seed=0)
@@ -395,6 +396,7 @@ def test_connect_four_striker_completes_its_line_where_the_piece_lands():
     env = games.make("connect_four")
     striker = make_opponent("striker", "connect_four")
     env.reset(seed=0)
+    assert striker.action_probs(env, "player_0") == dict.fromkeys(range(7), 1 / 7)  # nothing to complete
     for column in (0, 1, 0, 2, 0, 3):  # x 0, o 1, x 0, o 2, x 0, o 3
         env.step(column)
     assert striker.action_probs(env, env.agent_selection) == {0: 1.0}  # x's fourth in column 0
