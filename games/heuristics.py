@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from math import comb
 
 import pyspiel
@@ -40,13 +41,11 @@ def leduc_poker(env: LeducPokerEnv, agent: str) -> dict[int, float]:
 
 def tic_tac_toe(env: TicTacToeEnv, agent: str) -> dict[int, float]:
     """Win if possible, else block, else take the centre, then a corner, then a side."""
-    grid = _grid(env.pyspiel_state)
     legal = env.legal_actions(agent)
-    mine, theirs = _marks(env.pyspiel_state)
-    for mark in (mine, theirs):
-        completing = [a for a in legal if _completes_line(grid, *divmod(a, 3), mark, 3)]
+    lines = line_moves(env, agent)
+    for completing in (lines.wins, lines.blocks):
         if completing:
-            return _uniform(completing)
+            return _uniform(list(completing))
     for preferred in ([4], [0, 2, 6, 8], [1, 3, 5, 7]):
         options = [a for a in preferred if a in legal]
         if options:
@@ -335,17 +334,12 @@ held-out player: the evaluation's heuristic player weighs probabilities instead.
 
 def tic_tac_toe_striker(env: TicTacToeEnv, agent: str) -> dict[int, float]:
     """Complete a line of its own when it can, else a uniformly random empty cell: it never blocks."""
-    grid = _grid(env.pyspiel_state)
-    legal = env.legal_actions(agent)
-    mine, _ = _marks(env.pyspiel_state)
-    return _uniform([a for a in legal if _completes_line(grid, *divmod(a, 3), mine, 3)] or legal)
+    return _uniform(list(line_moves(env, agent).wins) or env.legal_actions(agent))
 
 
 def connect_four_striker(env: ConnectFourEnv, agent: str) -> dict[int, float]:
     """Complete a line of its own when it can, else a uniformly random open column: it never blocks."""
-    grid, landing, in_row = _drops(env, agent)
-    mine, _ = _marks(env.pyspiel_state)
-    return _uniform(_completing(grid, landing, mine, in_row) or list(landing))
+    return _uniform(list(line_moves(env, agent).wins) or env.legal_actions(agent))
 
 
 STRIKER: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
@@ -355,6 +349,30 @@ STRIKER: dict[str, Callable[[TextGameEnv, str], dict[int, float]]] = {
 """Players that take every win they are offered and otherwise play at random: a training opponent that punishes a
 line left open (random players seldom do), so that the outcome teaches blocking. Not a held-out player: the
 evaluation's heuristic player also blocks and takes the centre, and minimax plays perfectly."""
+
+
+@dataclass(frozen=True)
+class LineMoves:
+    """The moves that finish a line, at one decision of tic-tac-toe or Connect Four."""
+
+    wins: tuple[int, ...]
+    """The mover's legal moves that complete a line of its own."""
+    blocks: tuple[int, ...]
+    """The mover's legal moves that take the cell where the opponent would complete a line."""
+
+
+def line_moves(env: TextGameEnv, agent: str) -> LineMoves:
+    """The winning and the blocking moves of `agent` (to move) in tic-tac-toe or Connect Four, in legal order."""
+    if isinstance(env, TicTacToeEnv):
+        grid = _grid(env.pyspiel_state)
+        landing = {a: divmod(a, 3) for a in env.legal_actions(agent)}
+        in_row = 3
+    elif isinstance(env, ConnectFourEnv):
+        grid, landing, in_row = _drops(env, agent)
+    else:
+        raise ValueError(f"line moves are for tic-tac-toe and Connect Four, not {type(env).__name__}")
+    mine, theirs = _marks(env.pyspiel_state)
+    return LineMoves(tuple(_completing(grid, landing, mine, in_row)), tuple(_completing(grid, landing, theirs, in_row)))
 
 
 def _pick(action: int) -> dict[int, float]:

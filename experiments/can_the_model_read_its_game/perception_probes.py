@@ -2,7 +2,7 @@
 of game, picked by the config's game:
 
     python experiments/can_the_model_read_its_game/perception_probes.py --config CONFIG
-        [--model DIR] [--states N] [--seed S] [--opponent NAME] [key=value ...]
+        [--model DIR] [--states N] [--seed S] [--opponent NAME] [--tactics] [key=value ...]
 
 The model is the config's initial policy (its cached rules pretraining and warm start, trained on first use), or
 `--model`. Each figure is printed with a 95% interval (Student's t over the decisions or deals) and its bar: met
@@ -15,6 +15,11 @@ when the whole interval is on its side, not met when none of it is, else undecid
   of the game's move names as the continuation (product of its tokens' probabilities, renormalised over all the
   names) gives the share on legal moves. A model that ignores the board scores about the legal fraction (printed);
   bar: >= 0.99.
+- **Board games, `--tactics`** (no bar): *does the policy take a win, and block one?* At `--states` decisions of
+  each kind, drawn from random games as above (the mover can complete a line: "win"; it cannot, and the opponent
+  could next: "block"), the model writes its whole response at temperature 1 from its own prompt, as it plays, and
+  the figure is the share whose move completes the line, or takes the opponent's completing cell (a response with
+  no legal move misses). A random legal move scores the printed chance; the heuristic player 1.0 at both.
 - **Liar's dice** (liars_dice): *the opening bid depends on one's own die*. At the opener's first decision of
   `--states` sampled deals, the same cut (the first mention of a templated random bid) and the same scoring over
   the legal moves (every bid; not "liar", one token where a bid is four) give P(open with face f), the sum over the
@@ -56,6 +61,7 @@ from scipy import stats  # noqa: E402  (a dependency of open-spiel)
 import games  # noqa: E402
 from games.base import BeliefValues, TextGameEnv  # noqa: E402
 from games.cards import rank_names  # noqa: E402
+from games.heuristics import line_moves  # noqa: E402
 from games.opponents import make_opponent  # noqa: E402
 from games.posterior import Posterior, posterior  # noqa: E402
 from strat.algorithm.comparison import belief_text, posterior_belief  # noqa: E402
@@ -177,10 +183,11 @@ class LegalMass:
     """Mean share of legal moves among the names: what a model that ignores the board puts there."""
 
 
-def board_decisions(game: str, count: int, seed: int, options: Mapping[str, object] | None = None
-                    ) -> Iterator[TextGameEnv]:
+def board_decisions(game: str, count: int, seed: int, options: Mapping[str, object] | None = None,
+                    where: Callable[[TextGameEnv], bool] | None = None) -> Iterator[TextGameEnv]:
     """`count` decision points of `game`, each a uniformly drawn point of a seeded random game after at least one
-    move where some move is illegal (so reading the board matters); games without one are skipped."""
+    move where some move is illegal (so reading the board matters), or, with `where`, a point where `where` holds;
+    games without one are skipped."""
     rng = random.Random(seed)
     produced = 0
     for deal in itertools.count():
@@ -194,7 +201,7 @@ def board_decisions(game: str, count: int, seed: int, options: Mapping[str, obje
             if env.pyspiel_state.is_terminal():
                 break
             legal = env.legal_actions(env.agent_selection)
-            if ply >= 1 and len(legal) < total:
+            if (where(env) if where is not None else ply >= 1 and len(legal) < total):
                 candidates.append(env.clone())
             env.step(rng.choice(legal))
         if candidates:
@@ -219,6 +226,60 @@ def legal_mass(scorer: Scorer, game: str, states: int, seed: int = 0, depth: int
         shares.append(sum(p for name, p in probabilities.items() if name in legal))
         fractions.append(len(legal) / len(names))
     return LegalMass(game, depth, t_interval(shares), statistics.fmean(fractions))
+
+
+# --- board games: winning and blocking moves in free play ------------------------------------------------------------
+
+
+TACTIC_KINDS = ("win", "block")
+TACTIC_PHRASES = {"win": "takes a win", "block": "blocks the opponent's line"}
+
+
+@dataclass(frozen=True)
+class Tactic:
+    """The tactics probe at one kind of decision, over `hit.n` decisions."""
+
+    kind: str
+    """"win": the mover can complete a line; "block": it cannot, and the opponent could complete one next."""
+    hit: Interval
+    """Share of the sampled responses that play a move of the kind (one that completes the mover's line; one that
+    takes a cell where the opponent would complete its line). A response without a legal move is a miss."""
+    valid: float
+    """Share of the responses that play a legal move."""
+    chance: float
+    """Mean share of the legal moves that are of the kind: what a uniformly random legal move hits."""
+
+
+def tactic_kind(env: TextGameEnv) -> str | None:
+    """The kind of the decision at `env` for the mover: "win", "block" or None (neither)."""
+    lines = line_moves(env, env.agent_selection)
+    return "win" if lines.wins else "block" if lines.blocks else None
+
+
+def tactics(generate: Generate, game: str, kind: str, states: int, seed: int = 0, depth: int = 2,
+            options: Mapping[str, object] | None = None, batch: int = 64) -> Tactic:
+    """The tactics probe: at `states` decisions of `kind` (uniformly drawn points of seeded random games where the
+    mover has a winning move, or has none and must block), one response each from `generate` (the policy's own
+    prompt and free-running reasoning, as it plays) and the move it plays. A heuristic player that wins, else
+    blocks, scores 1.0 at both kinds; a player that ignores the board scores `chance`."""
+    if kind not in TACTIC_KINDS:
+        raise ValueError(f"tactic kind {kind!r}: choose from {', '.join(TACTIC_KINDS)}")
+    envs = list(board_decisions(game, states, seed, options, where=lambda env: tactic_kind(env) == kind))
+    texts: list[str] = []
+    for start in range(0, len(envs), batch):
+        texts += generate([build_messages(env, env.agent_selection, depth) for env in envs[start:start + batch]])
+    hits, valid, chance = [], 0, []
+    for env, text in zip(envs, texts, strict=True):
+        agent = env.agent_selection
+        lines = line_moves(env, agent)
+        targets = set(lines.wins if kind == "win" else lines.blocks)
+        named = parse_response(text, depth).sections.action
+        action = env.parse_action(named, agent) if named is not None else None
+        hits.append(float(action is not None and action in targets))
+        valid += action is not None
+        chance.append(len(targets) / len(env.legal_actions(agent)))
+    return Tactic(kind, t_interval(hits), valid / len(envs) if envs else math.nan,
+                  statistics.fmean(chance) if chance else math.nan)
 
 
 # --- liar's dice: the opening bid and one's own die -----------------------------------------------------------------
@@ -479,6 +540,9 @@ def main() -> None:
     parser.add_argument("--template", metavar="PLAYER", help="the poker probe on the warm start's templated "
                         "responses for scripted PLAYER's moves instead of a model's: the most a warm start on PLAYER "
                         "can reach")
+    parser.add_argument("--tactics", action="store_true", help="board games: instead of the legal mass, the share "
+                        "of free-running responses that take a win when one is offered and block when they must "
+                        "(--states decisions of each kind; no bar)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config")
     args = parser.parse_args()
     config = load_config(args.config, list(args.overrides))
@@ -488,6 +552,8 @@ def main() -> None:
                      f"{', '.join(BELIEF_BARS)})")
     if game in BELIEF_BARS and "past" not in DEPTH_SECTIONS[depth]:
         parser.error(f"the belief probe reads <past>, which depth {depth} responses lack: set reasoning.depth=1 or 2")
+    if args.tactics and game not in BOARD_GAMES:
+        parser.error(f"--tactics is for the board games ({', '.join(BOARD_GAMES)}), not {game}")
     if args.template and game not in BELIEF_BARS:
         parser.error(f"--template is for the belief probe ({', '.join(BELIEF_BARS)}), not {game}")
     device = resolve_device("auto")
@@ -518,6 +584,17 @@ def main() -> None:
         return
     model_dir = args.model or Trainer.initial_model_path(config)
     print(f"{game}, depth {depth}, model {model_dir}")
+    if args.tactics:
+        engine = build_engine("hf", model_dir, device=device)
+        try:
+            generate = engine_generate(engine, config.reasoning.max_new_tokens, args.seed)
+            for kind in TACTIC_KINDS:
+                tactic = tactics(generate, game, kind, args.states, args.seed, depth, options)
+                print(f"{kind}: {tactic.hit.n} decisions, {TACTIC_PHRASES[kind]}: {tactic.hit} (a random legal "
+                      f"move: {tactic.chance:.3f}; the heuristic player: 1.000); legal moves {tactic.valid:.3f}")
+        finally:
+            engine.close()
+        return
     scorer = load_scorer(model_dir, device)
     if game in BOARD_GAMES:
         mass = legal_mass(scorer, game, args.states, args.seed, depth, options, config.warm_start.name_legal_moves)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import re
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import games
+from games import heuristics
 from games.opponents import uniform_policy
 from games.posterior import posterior
 from strat.algorithm.reasoning import DEPTH_SECTIONS, parse_response
@@ -111,6 +113,65 @@ def test_a_random_model_puts_about_the_legal_fraction_on_legal_cells(probes, tmp
     assert result.share.low <= result.share.mean <= result.share.high
     # Random weights: logits near zero, every cell about equally likely.
     assert result.share.mean == pytest.approx(result.legal_fraction, abs=0.1)
+
+
+TTT_LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
+
+
+def _completes(board: str, cell: int, mark: str) -> bool:
+    """Whether `mark` at the empty `cell` of a tic-tac-toe `board` (nine of "x", "o", ".") makes three in a line."""
+    return board[cell] == "." and any(cell in line and all(board[c] == mark for c in line if c != cell)
+                                      for line in TTT_LINES)
+
+
+def _board(env) -> str:
+    return str(env.pyspiel_state).replace("\n", "")
+
+
+def _mover_marks(env) -> tuple[str, str]:
+    return ("x", "o") if env.pyspiel_state.current_player() == 0 else ("o", "x")
+
+
+@pytest.mark.parametrize("kind", ["win", "block"])
+def test_tactics_of_fake_players(probes, kind: str) -> None:
+    """At each drawn decision of the kind (checked against the eight lines by hand), a fake policy that writes the
+    heuristic player's move hits every time; one that writes the first empty cell hits where that cell wins (or
+    blocks), which the test counts itself; one that names an occupied cell plays no legal move and misses."""
+    decisions = list(probes.board_decisions("tic_tac_toe", 12, 3, where=lambda env: probes.tactic_kind(env) == kind))
+    first_empty_hits = []
+    for env in decisions:
+        board, (mine, theirs) = _board(env), _mover_marks(env)
+        wins = [c for c in range(9) if _completes(board, c, mine)]
+        blocks = [c for c in range(9) if _completes(board, c, theirs)]
+        assert (wins if kind == "win" else blocks) and (kind == "win" or not wins)
+        first_empty_hits.append(float(board.index(".") in (wins if kind == "win" else blocks)))
+
+    def writing(choose):
+        envs = iter(decisions)
+
+        def generate(batch):
+            return [f"<past>x</past><their_view>x</their_view><plan>x</plan><predict>a1</predict>"
+                    f"<action>{choose(next(envs))}</action>" for _ in batch]
+        return generate
+
+    def heuristic_move(env) -> str:
+        probs = heuristics.tic_tac_toe(env, env.agent_selection)
+        return env.action_name(max(probs, key=probs.get))
+
+    def first_empty(env) -> str:
+        return env.action_name(_board(env).index("."))
+
+    def occupied(env) -> str:
+        return env.action_name(next(c for c, mark in enumerate(_board(env)) if mark != "."))
+
+    for choose, hit, valid in ((heuristic_move, 1.0, 1.0), (first_empty, statistics.fmean(first_empty_hits), 1.0),
+                               (occupied, 0.0, 0.0)):
+        result = probes.tactics(writing(choose), "tic_tac_toe", kind, 12, seed=3, depth=2, batch=5)
+        assert (result.kind, result.hit.n) == (kind, 12)
+        assert result.hit.mean == pytest.approx(hit) and result.valid == valid
+    assert 0.0 < result.chance < 1.0
+    with pytest.raises(ValueError, match="tactic kind"):
+        probes.tactics(writing(occupied), "tic_tac_toe", "fork", 1)
 
 
 # --- liar's dice ------------------------------------------------------------------------------------------------------

@@ -404,6 +404,29 @@ def test_connect_four_striker_completes_its_line_where_the_piece_lands():
     assert striker.action_probs(env, env.agent_selection) == {4: 1.0}
 
 
+def test_line_moves_are_the_mover_s_wins_and_the_cells_it_must_block():
+    """Tic-tac-toe: x a1 a2 and o b1 b2, x to move: x wins at a3 and must block b3; after x c1, o wins at b3 and
+    must block a3. Connect Four: x stacked three in column 0 and o three along the bottom (columns 1-3): x wins in
+    column 0 and blocks o in column 4. A game without lines is refused."""
+    env = games.make("tic_tac_toe")
+    env.reset(seed=0)
+    assert heuristics.line_moves(env, "player_0") == heuristics.LineMoves((), ())
+    for cell in (0, 3, 1, 4):
+        env.step(cell)
+    assert heuristics.line_moves(env, env.agent_selection) == heuristics.LineMoves(wins=(2,), blocks=(5,))
+    env.step(6)
+    assert heuristics.line_moves(env, env.agent_selection) == heuristics.LineMoves(wins=(5,), blocks=(2,))
+    env = games.make("connect_four")
+    env.reset(seed=0)
+    for column in (0, 1, 0, 2, 0, 3):
+        env.step(column)
+    assert heuristics.line_moves(env, env.agent_selection) == heuristics.LineMoves(wins=(0,), blocks=(4,))
+    kuhn = games.make("kuhn_poker")
+    kuhn.reset(seed=0)
+    with pytest.raises(ValueError, match="tic-tac-toe and Connect Four"):
+        heuristics.line_moves(kuhn, kuhn.agent_selection)
+
+
 def test_striker_is_between_random_and_the_heuristic_player():
     """It beats random (it takes every win it is offered) and loses to the heuristic player (which also blocks),
     each outside the 95% interval."""
