@@ -1,11 +1,14 @@
 """Connect Four with text; moves are named by column, "column 1" (left) to "column 7". With the option
-`column_numbers: open` the row above the board numbers only the columns that are not full (the legal moves)."""
+`column_numbers: open` the row above the board numbers only the columns that are not full (the legal moves); with
+`lines: named` (as in tic-tac-toe) a line below the board names the columns that would complete a line now."""
 
 from __future__ import annotations
 
 import pyspiel
 
+from games import lines
 from games.openspiel_env import OpenSpielEnv
+from games.tic_tac_toe import LINES
 
 MARKS = ("X", "O")
 COLUMN_NUMBERS = ("all", "open")
@@ -18,7 +21,7 @@ class ConnectFourEnv(OpenSpielEnv):
     """Connect Four: player 0 plays X and moves first; option `column_numbers` (`all`, the default, or `open`)."""
 
     game_name = "connect_four"
-    text_options = {"column_numbers": COLUMN_NUMBERS}
+    text_options = {"column_numbers": COLUMN_NUMBERS, "lines": LINES}
 
     @classmethod
     def _action_names(cls, game: pyspiel.Game) -> list[str]:
@@ -36,6 +39,8 @@ class ConnectFourEnv(OpenSpielEnv):
             f"to the lowest empty cell of that column. The first player with {in_row} pieces in a "
             "line (across, up and down, or diagonal) wins: the winner's return is 1 and the "
             f"loser's -1. A full board with no such line is a draw: both get 0.{numbers}"
+            + (' Below the board, "Columns that complete a line" names the columns where your piece, and where '
+               f"theirs, would land to make {in_row} in a line." if self.text["lines"] == "named" else "")
         )
 
     def observation_text(self, agent: str) -> str:
@@ -48,6 +53,8 @@ class ConnectFourEnv(OpenSpielEnv):
             f"You are player {player} and play {MARKS[player]}. "
             f"The board, top row first (. is empty):\n{board}"
         ]
+        if self.text["lines"] == "named" and not self._state.is_terminal():
+            parts.append(self._lines_text(player))
         parts.extend(self._moves_since_last_turn(player))
         if self._state.is_terminal():
             parts.append("The game is over.")
@@ -55,6 +62,17 @@ class ConnectFourEnv(OpenSpielEnv):
 
     def private_info(self, agent: str) -> str:
         return ""
+
+    def _lines_text(self, player: int) -> str:
+        """The open columns where `player`'s piece, and the other's, would land to complete a line (the `lines:
+        named` text)."""
+        grid = lines.grid(self._state)
+        landing = {column: (max(row for row in range(len(grid)) if grid[row][column] == "."), column)
+                   for column in range(len(grid[0])) if grid[0][column] == "."}
+        in_row = self._config.game.get_parameters()["x_in_row"]
+        yours, theirs = (", ".join(self.action_name(c) for c in lines.completing(grid, landing, mark, in_row)) or "none"
+                         for mark in (MARKS[player].lower(), MARKS[1 - player].lower()))
+        return f"Columns that complete a line: yours {yours}; theirs {theirs}."
 
     def _move_text(self, action: int, earlier: list[tuple[int, int]]) -> str:
         return f"dropped a piece in {self.action_name(action)}"

@@ -13,6 +13,7 @@ from math import comb
 
 import pyspiel
 
+from games import lines
 from games.bargaining import BargainingEnv
 from games.base import TextGameEnv
 from games.cards import rank_names
@@ -42,8 +43,8 @@ def leduc_poker(env: LeducPokerEnv, agent: str) -> dict[int, float]:
 def tic_tac_toe(env: TicTacToeEnv, agent: str) -> dict[int, float]:
     """Win if possible, else block, else take the centre, then a corner, then a side."""
     legal = env.legal_actions(agent)
-    lines = line_moves(env, agent)
-    for completing in (lines.wins, lines.blocks):
+    moves = line_moves(env, agent)
+    for completing in (moves.wins, moves.blocks):
         if completing:
             return _uniform(list(completing))
     for preferred in ([4], [0, 2, 6, 8], [1, 3, 5, 7]):
@@ -59,7 +60,7 @@ def connect_four(env: ConnectFourEnv, agent: str) -> dict[int, float]:
     legal = list(landing)
     mine, theirs = _marks(env.pyspiel_state)
     for mark in (mine, theirs):
-        completing = _completing(grid, landing, mark, in_row)
+        completing = lines.completing(grid, landing, mark, in_row)
         if completing:
             return _uniform(completing)
     safe = [a for a in legal if not _sets_up(grid, landing[a], mine, theirs, in_row)]
@@ -364,7 +365,7 @@ class LineMoves:
 def line_moves(env: TextGameEnv, agent: str) -> LineMoves:
     """The winning and the blocking moves of `agent` (to move) in tic-tac-toe or Connect Four, in legal order."""
     if isinstance(env, TicTacToeEnv):
-        grid = _grid(env.pyspiel_state)
+        grid = lines.grid(env.pyspiel_state)
         landing = {a: divmod(a, 3) for a in env.legal_actions(agent)}
         in_row = 3
     elif isinstance(env, ConnectFourEnv):
@@ -372,7 +373,8 @@ def line_moves(env: TextGameEnv, agent: str) -> LineMoves:
     else:
         raise ValueError(f"line moves are for tic-tac-toe and Connect Four, not {type(env).__name__}")
     mine, theirs = _marks(env.pyspiel_state)
-    return LineMoves(tuple(_completing(grid, landing, mine, in_row)), tuple(_completing(grid, landing, theirs, in_row)))
+    return LineMoves(tuple(lines.completing(grid, landing, mine, in_row)),
+                     tuple(lines.completing(grid, landing, theirs, in_row)))
 
 
 def _pick(action: int) -> dict[int, float]:
@@ -390,11 +392,6 @@ def _at_least(needed: int, n: int, p: float) -> float:
     return sum(comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(needed, n + 1))
 
 
-def _grid(state: pyspiel.State) -> list[list[str]]:
-    """The board as rows of "x", "o" and "." (top row first)."""
-    return [list(row) for row in str(state).strip().split("\n")]
-
-
 def _marks(state: pyspiel.State) -> tuple[str, str]:
     """(mark of the player to move, mark of the other player)."""
     return ("x", "o") if state.current_player() == 0 else ("o", "x")
@@ -403,28 +400,9 @@ def _marks(state: pyspiel.State) -> tuple[str, str]:
 def _drops(env: ConnectFourEnv, agent: str) -> tuple[list[list[str]], dict[int, tuple[int, int]], int]:
     """Connect Four's board as rows, where a piece dropped in each of `agent`'s legal columns lands ((row, column),
     the lowest empty cell; in legal order), and the line length that wins."""
-    grid = _grid(env.pyspiel_state)
+    grid = lines.grid(env.pyspiel_state)
     landing = {c: (max(r for r in range(len(grid)) if grid[r][c] == "."), c) for c in env.legal_actions(agent)}
     return grid, landing, env.pyspiel_state.get_game().get_parameters()["x_in_row"]
-
-
-def _completing(grid: list[list[str]], landing: dict[int, tuple[int, int]], mark: str, in_row: int) -> list[int]:
-    """The columns of `landing` where a piece of `mark` would complete a line of `in_row`."""
-    return [column for column, cell in landing.items() if _completes_line(grid, *cell, mark, in_row)]
-
-
-def _completes_line(grid: list[list[str]], row: int, col: int, mark: str, length: int) -> bool:
-    """Whether putting `mark` at (row, col) makes a line of `length` of that mark."""
-    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
-        run = 1
-        for sign in (1, -1):
-            r, c = row + sign * dr, col + sign * dc
-            while 0 <= r < len(grid) and 0 <= c < len(grid[0]) and grid[r][c] == mark:
-                run += 1
-                r, c = r + sign * dr, c + sign * dc
-        if run >= length:
-            return True
-    return False
 
 
 def _sets_up(
@@ -436,6 +414,6 @@ def _sets_up(
         return False
     grid[row][col] = mine
     try:
-        return _completes_line(grid, row - 1, col, theirs, length)
+        return lines.completes_line(grid, row - 1, col, theirs, length)
     finally:
         grid[row][col] = "."

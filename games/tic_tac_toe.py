@@ -1,10 +1,13 @@
 """Tic-tac-toe with text; cells are named a1 (top left) to c3 (bottom right), or with the option
-`move_names: digits` numbered 1 (top left) to 9 (bottom right), each empty cell shown on the board by its number."""
+`move_names: digits` numbered 1 (top left) to 9 (bottom right), each empty cell shown on the board by its number. With
+the option `lines: named` the text below the board names the cells that would complete a line, the player's own and
+the other's."""
 
 from __future__ import annotations
 
 import pyspiel
 
+from games import lines
 from games.openspiel_env import OpenSpielEnv
 
 COLUMNS = "abc"
@@ -12,6 +15,10 @@ MARKS = ("X", "O")
 MOVE_NAMES = ("cells", "digits")
 """The `move_names` option: `cells` (a1 ... c3, the default) or `digits` (1 ... 9 row by row, as on a phone's keypad:
 one token each in a tiny model's tokenizer, where a cell name is two)."""
+LINES = ("hidden", "named")
+"""The `lines` option (tic-tac-toe and Connect Four): `hidden` (the default: the board alone) or `named` (a line below
+the board names the moves that would complete a line now, the player's own and the other's: what a reader sees at a
+glance, given in words to a model that cannot yet read it off the board; which to play is left to the policy)."""
 
 
 def cell_name(action: int) -> str:
@@ -29,7 +36,7 @@ class TicTacToeEnv(OpenSpielEnv):
     """Tic-tac-toe: player 0 plays X and moves first; option `move_names` (`cells`, the default, or `digits`)."""
 
     game_name = "tic_tac_toe"
-    text_options = {"move_names": MOVE_NAMES}
+    text_options = {"move_names": MOVE_NAMES, "lines": LINES}
 
     @classmethod
     def _action_names(cls, game: pyspiel.Game) -> list[str]:
@@ -54,6 +61,8 @@ class TicTacToeEnv(OpenSpielEnv):
             "On your turn, name an empty cell to put your mark there. The first player with three "
             "marks in a row, column or diagonal wins: the winner's return is 1 and the loser's -1. "
             "A full board with no such line is a draw: both get 0."
+            + (' Below the board, "Cells that complete a line" names the empty cells where your mark, and where '
+               "theirs, would make three in a line." if self.text["lines"] == "named" else "")
         )
 
     def observation_text(self, agent: str) -> str:
@@ -69,10 +78,21 @@ class TicTacToeEnv(OpenSpielEnv):
             parts = [
                 f"You are player {player} and play {MARKS[player]}. The board (. is empty):\n{board}"
             ]
+        if self.text["lines"] == "named" and not self._state.is_terminal():
+            parts.append(self._lines_text(player))
         parts.extend(self._moves_since_last_turn(player))
         if self._state.is_terminal():
             parts.append("The game is over.")
         return "\n".join(parts)
+
+    def _lines_text(self, player: int) -> str:
+        """The empty cells where `player`'s mark, and the other's, would complete a line (the `lines: named` text)."""
+        grid = lines.grid(self._state)
+        empty = {action: divmod(action, 3) for action in range(9) if grid[action // 3][action % 3] == "."}
+        own, other = MARKS[player].lower(), MARKS[1 - player].lower()
+        yours, theirs = (", ".join(self.action_name(a) for a in lines.completing(grid, empty, mark, 3)) or "none"
+                         for mark in (own, other))
+        return f"Cells that complete a line: yours {yours}; theirs {theirs}."
 
     def private_info(self, agent: str) -> str:
         return ""

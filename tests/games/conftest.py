@@ -11,6 +11,7 @@ CONFIGS: list[tuple[str, dict]] = [(name, {}) for name in games.names()]
 CONFIGS += [
     ("kuhn_poker", {"players": 3}), ("kuhn_poker", {"move_names": "situational"}), ("liars_dice", {"numdice": 2}),
     ("tic_tac_toe", {"move_names": "digits"}), ("connect_four", {"column_numbers": "open"}),
+    ("tic_tac_toe", {"move_names": "digits", "lines": "named"}), ("connect_four", {"lines": "named"}),
 ]
 
 

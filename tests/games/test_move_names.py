@@ -99,10 +99,46 @@ def test_connect_four_open_column_numbers_show_the_legal_moves() -> None:
         games.make("connect_four", column_numbers="none")
 
 
+def test_named_lines_list_the_cells_that_complete_a_line() -> None:
+    """Tic-tac-toe, X a1 b1 and O a2 b2 (then X a3): X's text names its win at c1 and O's at c2, as seen from each
+    side; the text is the default's plus that line. Connect Four, X three up column 1 and O three along the bottom
+    (columns 2-4): column 1 completes X's line and column 5 O's. No line to complete: "none"; the game over: no line."""
+    env = games.make("tic_tac_toe", lines="named")
+    default = games.make("tic_tac_toe")
+    for game in (env, default):
+        game.reset(seed=0)
+        for cell in (0, 3, 1, 4):
+            game.step(cell)
+    named = env.observation_text("player_0").splitlines()
+    assert named[5] == "Cells that complete a line: yours c1; theirs c2."
+    assert named[:5] + named[6:] == default.observation_text("player_0").splitlines()
+    assert "Cells that complete a line: yours c2; theirs c1." in env.observation_text("player_1")
+    assert "Cells that complete a line" in env.rules() and "Cells that complete a line" not in default.rules()
+    env.step(6)
+    assert "Cells that complete a line: yours c2; theirs c1." in env.observation_text("player_1")
+    env.step(5)
+    assert env.pyspiel_state.is_terminal() and "complete a line:" not in env.observation_text("player_0")
+    digits = games.make("tic_tac_toe", lines="named", move_names="digits")
+    digits.reset(seed=0)
+    assert "Cells that complete a line: yours none; theirs none." in digits.observation_text("player_0")
+    digits.step(0)
+    digits.step(4)
+    digits.step(1)
+    assert "Cells that complete a line: yours none; theirs 3." in digits.observation_text("player_1")
+    four = games.make("connect_four", lines="named")
+    four.reset(seed=0)
+    for column in (0, 1, 0, 2, 0, 3):
+        four.step(column)
+    assert "Columns that complete a line: yours column 1; theirs column 5." in four.observation_text("player_0")
+    assert "Columns that complete a line: yours column 5; theirs column 1." in four.observation_text("player_1")
+    with pytest.raises(ValueError, match="lines='all'"):
+        games.make("tic_tac_toe", lines="all")
+
+
 def test_an_unknown_naming_is_refused() -> None:
     assert games.text_options("kuhn_poker") == ("move_names",) and games.text_options("leduc_poker") == ()
-    assert games.text_options("tic_tac_toe") == ("move_names",)
-    assert games.text_options("connect_four") == ("column_numbers",)
+    assert games.text_options("tic_tac_toe") == ("move_names", "lines")
+    assert games.text_options("connect_four") == ("column_numbers", "lines")
     with pytest.raises(ValueError, match="move_names='numbers'"):
         games.make("tic_tac_toe", move_names="numbers")
     with pytest.raises(ValueError, match="move_names='poker'.*allowed: \\['pass-bet', 'situational'\\]"):
