@@ -505,7 +505,8 @@ class GameConfig(_Section):
     """Game options passed to games.make, e.g. {players: 3}. Some change only the text (the game's `text_options`):
     `move_names` renames the moves, Kuhn's `situational` (check/bet, then fold/call) and tic-tac-toe's `digits`
     (cells 1-9, shown on the board); Connect Four's `column_numbers: open` numbers only the open columns above the
-    board."""
+    board; tic-tac-toe's and Connect Four's `lines: named` names below the board the moves that would complete a line
+    now, one's own and the opponent's."""
     opponents: list[OpponentConfig] = Field(default_factory=lambda: [OpponentConfig()])
     """Who the policy plays against, mixed by weight: each group draws one opponent."""
     seats: list[str] | None = None
