@@ -67,12 +67,11 @@ class ConnectFourEnv(OpenSpielEnv):
         """The open columns where `player`'s piece, and the other's, would land to complete a line (the `lines:
         named` text)."""
         grid = lines.grid(self._state)
-        landing = {column: (max(row for row in range(len(grid)) if grid[row][column] == "."), column)
-                   for column in range(len(grid[0])) if grid[0][column] == "."}
         in_row = self._config.game.get_parameters()["x_in_row"]
-        yours, theirs = (", ".join(self.action_name(c) for c in lines.completing(grid, landing, mark, in_row)) or "none"
-                         for mark in (MARKS[player].lower(), MARKS[1 - player].lower()))
-        return f"Columns that complete a line: yours {yours}; theirs {theirs}."
+        yours, theirs = ([self.action_name(c) for c in lines.completing(grid, lines.drop_cells(grid), mark.lower(),
+                                                                         in_row)]
+                         for mark in (MARKS[player], MARKS[1 - player]))
+        return lines.named("Columns", yours, theirs)
 
     def _move_text(self, action: int, earlier: list[tuple[int, int]]) -> str:
         return f"dropped a piece in {self.action_name(action)}"

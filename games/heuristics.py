@@ -366,8 +366,7 @@ def line_moves(env: TextGameEnv, agent: str) -> LineMoves:
     """The winning and the blocking moves of `agent` (to move) in tic-tac-toe or Connect Four, in legal order."""
     if isinstance(env, TicTacToeEnv):
         grid = lines.grid(env.pyspiel_state)
-        landing = {a: divmod(a, 3) for a in env.legal_actions(agent)}
-        in_row = 3
+        landing, in_row = lines.empty_cells(grid), 3
     elif isinstance(env, ConnectFourEnv):
         grid, landing, in_row = _drops(env, agent)
     else:
@@ -401,8 +400,7 @@ def _drops(env: ConnectFourEnv, agent: str) -> tuple[list[list[str]], dict[int, 
     """Connect Four's board as rows, where a piece dropped in each of `agent`'s legal columns lands ((row, column),
     the lowest empty cell; in legal order), and the line length that wins."""
     grid = lines.grid(env.pyspiel_state)
-    landing = {c: (max(r for r in range(len(grid)) if grid[r][c] == "."), c) for c in env.legal_actions(agent)}
-    return grid, landing, env.pyspiel_state.get_game().get_parameters()["x_in_row"]
+    return grid, lines.drop_cells(grid), env.pyspiel_state.get_game().get_parameters()["x_in_row"]
 
 
 def _sets_up(

@@ -13,6 +13,25 @@ def grid(state: pyspiel.State) -> list[list[str]]:
     return [list(row) for row in str(state).strip().split("\n")]
 
 
+def empty_cells(grid: list[list[str]]) -> dict[int, tuple[int, int]]:
+    """Tic-tac-toe's moves: each empty cell by its action id (row-major from the top left) -> (row, column)."""
+    width = len(grid[0])
+    return {row * width + column: (row, column) for row in range(len(grid)) for column in range(width)
+            if grid[row][column] == "."}
+
+
+def drop_cells(grid: list[list[str]]) -> dict[int, tuple[int, int]]:
+    """Connect Four's moves: each open column -> the (row, column) where a piece dropped there lands, the lowest empty
+    cell."""
+    return {column: (max(row for row in range(len(grid)) if grid[row][column] == "."), column)
+            for column in range(len(grid[0])) if grid[0][column] == "."}
+
+
+def named(noun: str, yours: list[str], theirs: list[str]) -> str:
+    """The `lines: named` text: "{noun} that complete a line: yours ...; theirs ...", "none" for no move."""
+    return f"{noun} that complete a line: yours {', '.join(yours) or 'none'}; theirs {', '.join(theirs) or 'none'}."
+
+
 def completes_line(grid: list[list[str]], row: int, col: int, mark: str, length: int) -> bool:
     """Whether putting `mark` at (row, col) makes a line of `length` of that mark."""
     for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):

@@ -88,11 +88,9 @@ class TicTacToeEnv(OpenSpielEnv):
     def _lines_text(self, player: int) -> str:
         """The empty cells where `player`'s mark, and the other's, would complete a line (the `lines: named` text)."""
         grid = lines.grid(self._state)
-        empty = {action: divmod(action, 3) for action in range(9) if grid[action // 3][action % 3] == "."}
-        own, other = MARKS[player].lower(), MARKS[1 - player].lower()
-        yours, theirs = (", ".join(self.action_name(a) for a in lines.completing(grid, empty, mark, 3)) or "none"
-                         for mark in (own, other))
-        return f"Cells that complete a line: yours {yours}; theirs {theirs}."
+        yours, theirs = ([self.action_name(a) for a in lines.completing(grid, lines.empty_cells(grid), mark.lower(), 3)]
+                         for mark in (MARKS[player], MARKS[1 - player]))
+        return lines.named("Cells", yours, theirs)
 
     def private_info(self, agent: str) -> str:
         return ""
