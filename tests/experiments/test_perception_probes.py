@@ -174,6 +174,25 @@ def test_tactics_of_fake_players(probes, kind: str) -> None:
         probes.tactics(writing(occupied), "tic_tac_toe", "fork", 1)
 
 
+def test_the_tactics_command_prints_both_kinds(probes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`--tactics` on a random-weights tiny model: one line per kind with its decisions, its share and the chance
+    of a random legal move; a game without lines is refused in one line."""
+    model_dir = tiny.build("tic_tac_toe", tmp_path / "ttt", seed=0)
+    config = Path(__file__).resolve().parents[2] / "configs" / "tic_tac_toe_tiny.yaml"
+    monkeypatch.setattr("sys.argv", ["perception_probes.py", "--config", str(config), "--model", str(model_dir),
+                                     "--states", "2", "--tactics", "reasoning.max_new_tokens=16"])
+    probes.main()
+    out = capsys.readouterr().out
+    assert re.search(r"^win: 2 decisions, takes a win: [\d.]+ .*a random legal move: 0\.\d{3}", out, re.M)
+    assert re.search(r"^block: 2 decisions, blocks the opponent's line: [\d.]+ ", out, re.M)
+    kuhn = Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker_tiny.yaml"
+    monkeypatch.setattr("sys.argv", ["perception_probes.py", "--config", str(kuhn), "--tactics"])
+    with pytest.raises(SystemExit):
+        probes.main()
+    assert "--tactics is for the board games" in capsys.readouterr().err
+
+
 # --- liar's dice ------------------------------------------------------------------------------------------------------
 
 
