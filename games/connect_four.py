@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyspiel
 
-from games import lines
+from games.lines import board_rows, completing_moves, drop_cells, lines_text
 from games.openspiel_env import OpenSpielEnv
 from games.tic_tac_toe import LINES
 
@@ -66,12 +66,12 @@ class ConnectFourEnv(OpenSpielEnv):
     def _lines_text(self, player: int) -> str:
         """The open columns where `player`'s piece, and the other's, would land to complete a line (the `lines:
         named` text)."""
-        grid = lines.grid(self._state)
+        grid = board_rows(self._state)
         in_row = self._config.game.get_parameters()["x_in_row"]
-        yours, theirs = ([self.action_name(c) for c in lines.completing(grid, lines.drop_cells(grid), mark.lower(),
+        yours, theirs = ([self.action_name(c) for c in completing_moves(grid, drop_cells(grid), mark.lower(),
                                                                          in_row)]
                          for mark in (MARKS[player], MARKS[1 - player]))
-        return lines.named("Columns", yours, theirs)
+        return lines_text("Columns", yours, theirs)
 
     def _move_text(self, action: int, earlier: list[tuple[int, int]]) -> str:
         return f"dropped a piece in {self.action_name(action)}"

@@ -13,7 +13,6 @@ from math import comb
 
 import pyspiel
 
-from games import lines
 from games.bargaining import BargainingEnv
 from games.base import TextGameEnv
 from games.cards import rank_names
@@ -21,6 +20,7 @@ from games.connect_four import ConnectFourEnv
 from games.kuhn_poker import BET, PASS, KuhnPokerEnv
 from games.leduc_poker import CALL, FOLD, RAISE, LeducPokerEnv, heuristic_policy
 from games.liars_dice import LiarsDiceEnv
+from games.lines import board_rows, completes_line, completing_moves, drop_cells, empty_cells
 from games.tic_tac_toe import TicTacToeEnv
 
 
@@ -60,7 +60,7 @@ def connect_four(env: ConnectFourEnv, agent: str) -> dict[int, float]:
     legal = list(landing)
     mine, theirs = _marks(env.pyspiel_state)
     for mark in (mine, theirs):
-        completing = lines.completing(grid, landing, mark, in_row)
+        completing = completing_moves(grid, landing, mark, in_row)
         if completing:
             return _uniform(completing)
     safe = [a for a in legal if not _sets_up(grid, landing[a], mine, theirs, in_row)]
@@ -365,15 +365,15 @@ class LineMoves:
 def line_moves(env: TextGameEnv, agent: str) -> LineMoves:
     """The winning and the blocking moves of `agent` (to move) in tic-tac-toe or Connect Four, in legal order."""
     if isinstance(env, TicTacToeEnv):
-        grid = lines.grid(env.pyspiel_state)
-        landing, in_row = lines.empty_cells(grid), 3
+        grid = board_rows(env.pyspiel_state)
+        landing, in_row = empty_cells(grid), 3
     elif isinstance(env, ConnectFourEnv):
         grid, landing, in_row = _drops(env, agent)
     else:
         raise ValueError(f"line moves are for tic-tac-toe and Connect Four, not {type(env).__name__}")
     mine, theirs = _marks(env.pyspiel_state)
-    return LineMoves(tuple(lines.completing(grid, landing, mine, in_row)),
-                     tuple(lines.completing(grid, landing, theirs, in_row)))
+    return LineMoves(tuple(completing_moves(grid, landing, mine, in_row)),
+                     tuple(completing_moves(grid, landing, theirs, in_row)))
 
 
 def _pick(action: int) -> dict[int, float]:
@@ -399,8 +399,8 @@ def _marks(state: pyspiel.State) -> tuple[str, str]:
 def _drops(env: ConnectFourEnv, agent: str) -> tuple[list[list[str]], dict[int, tuple[int, int]], int]:
     """Connect Four's board as rows, where a piece dropped in each of `agent`'s legal columns lands ((row, column),
     the lowest empty cell; in legal order), and the line length that wins."""
-    grid = lines.grid(env.pyspiel_state)
-    return grid, lines.drop_cells(grid), env.pyspiel_state.get_game().get_parameters()["x_in_row"]
+    grid = board_rows(env.pyspiel_state)
+    return grid, drop_cells(grid), env.pyspiel_state.get_game().get_parameters()["x_in_row"]
 
 
 def _sets_up(
@@ -412,6 +412,6 @@ def _sets_up(
         return False
     grid[row][col] = mine
     try:
-        return lines.completes_line(grid, row - 1, col, theirs, length)
+        return completes_line(grid, row - 1, col, theirs, length)
     finally:
         grid[row][col] = "."

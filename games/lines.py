@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import pyspiel
 
 
-def grid(state: pyspiel.State) -> list[list[str]]:
+def board_rows(state: pyspiel.State) -> list[list[str]]:
     """The board as rows of "x", "o" and "." (top row first)."""
     return [list(row) for row in str(state).strip().split("\n")]
 
@@ -27,7 +27,7 @@ def drop_cells(grid: list[list[str]]) -> dict[int, tuple[int, int]]:
             for column in range(len(grid[0])) if grid[0][column] == "."}
 
 
-def named(noun: str, yours: list[str], theirs: list[str]) -> str:
+def lines_text(noun: str, yours: list[str], theirs: list[str]) -> str:
     """The `lines: named` text: "{noun} that complete a line: yours ...; theirs ...", "none" for no move."""
     return f"{noun} that complete a line: yours {', '.join(yours) or 'none'}; theirs {', '.join(theirs) or 'none'}."
 
@@ -46,6 +46,6 @@ def completes_line(grid: list[list[str]], row: int, col: int, mark: str, length:
     return False
 
 
-def completing(grid: list[list[str]], cells: Mapping[int, tuple[int, int]], mark: str, length: int) -> list[int]:
+def completing_moves(grid: list[list[str]], cells: Mapping[int, tuple[int, int]], mark: str, length: int) -> list[int]:
     """The moves of `cells` (move -> the (row, column) it fills) where `mark` would complete a line of `length`."""
     return [move for move, cell in cells.items() if completes_line(grid, *cell, mark, length)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pyspiel
 
-from games import lines
+from games.lines import board_rows, completing_moves, empty_cells, lines_text
 from games.openspiel_env import OpenSpielEnv
 
 COLUMNS = "abc"
@@ -87,10 +87,10 @@ class TicTacToeEnv(OpenSpielEnv):
 
     def _lines_text(self, player: int) -> str:
         """The empty cells where `player`'s mark, and the other's, would complete a line (the `lines: named` text)."""
-        grid = lines.grid(self._state)
-        yours, theirs = ([self.action_name(a) for a in lines.completing(grid, lines.empty_cells(grid), mark.lower(), 3)]
+        grid = board_rows(self._state)
+        yours, theirs = ([self.action_name(a) for a in completing_moves(grid, empty_cells(grid), mark.lower(), 3)]
                          for mark in (MARKS[player], MARKS[1 - player]))
-        return lines.named("Cells", yours, theirs)
+        return lines_text("Cells", yours, theirs)
 
     def private_info(self, agent: str) -> str:
         return ""
