@@ -56,7 +56,7 @@ def tic_tac_toe(env: TicTacToeEnv, agent: str) -> dict[int, float]:
 
 def connect_four(env: ConnectFourEnv, agent: str) -> dict[int, float]:
     """Win, else block, else avoid playing under the opponent's winning cell; centre first."""
-    grid, landing, in_row = _drops(env, agent)
+    grid, landing, in_row = _drops(env)
     legal = list(landing)
     mine, theirs = _marks(env.pyspiel_state)
     for mark in (mine, theirs):
@@ -368,7 +368,7 @@ def line_moves(env: TextGameEnv, agent: str) -> LineMoves:
         grid = board_rows(env.pyspiel_state)
         landing, in_row = empty_cells(grid), 3
     elif isinstance(env, ConnectFourEnv):
-        grid, landing, in_row = _drops(env, agent)
+        grid, landing, in_row = _drops(env)
     else:
         raise ValueError(f"line moves are for tic-tac-toe and Connect Four, not {type(env).__name__}")
     mine, theirs = _marks(env.pyspiel_state)
@@ -396,9 +396,9 @@ def _marks(state: pyspiel.State) -> tuple[str, str]:
     return ("x", "o") if state.current_player() == 0 else ("o", "x")
 
 
-def _drops(env: ConnectFourEnv, agent: str) -> tuple[list[list[str]], dict[int, tuple[int, int]], int]:
-    """Connect Four's board as rows, where a piece dropped in each of `agent`'s legal columns lands ((row, column),
-    the lowest empty cell; in legal order), and the line length that wins."""
+def _drops(env: ConnectFourEnv) -> tuple[list[list[str]], dict[int, tuple[int, int]], int]:
+    """Connect Four's board as rows, where a piece dropped in each open column (the legal moves, in order) lands
+    ((row, column), the lowest empty cell), and the line length that wins."""
     grid = board_rows(env.pyspiel_state)
     return grid, drop_cells(grid), env.pyspiel_state.get_game().get_parameters()["x_in_row"]
 
