@@ -405,8 +405,8 @@ def test_connect_four_striker_completes_its_line_where_the_piece_lands():
 
 
 def test_line_moves_are_the_mover_s_wins_and_the_cells_it_must_block():
-    """Tic-tac-toe: x a1 a2 and o b1 b2, x to move: x wins at a3 and must block b3; after x c1, o wins at b3 and
-    must block a3. Connect Four: x stacked three in column 0 and o three along the bottom (columns 1-3): x wins in
+    """Tic-tac-toe: x a1 b1 and o a2 b2 (actions 0 1 and 3 4), x to move: x wins at c1 and must block c2; after x
+    a3, o wins at c2 and must block c1. Connect Four: x stacked three in column 0 and o three along the bottom (columns 1-3): x wins in
     column 0 and blocks o in column 4. A game without lines is refused."""
     env = games.make("tic_tac_toe")
     env.reset(seed=0)
