@@ -21,8 +21,11 @@ apply_defaults()
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Keep tiny models and solver caches of the tests out of the user's cache, unless
-    STRAT_TEST_CACHE_DIR names a shared one."""
+    STRAT_TEST_CACHE_DIR names a shared one. The workers of a parallel run (pytest-xdist, `make test`) share one
+    cache beside their own temp dirs: a model or warm start one worker builds, the others wait for and reuse."""
     shared = os.environ.get("STRAT_TEST_CACHE_DIR")
+    if not shared and os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = str(tmp_path_factory.getbasetemp().parent / "strat-cache")
     os.environ["STRAT_CACHE_DIR"] = shared or str(tmp_path_factory.mktemp("strat-cache"))
 
 

@@ -3,12 +3,14 @@ and random weights, saved as a Hugging Face directory with safetensors."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -157,11 +159,38 @@ def build(game: str, out: str | os.PathLike[str], seed: int = 0, settings: TinyM
 def build_once(target: Path, build_into: Callable[[Path], object]) -> Path:
     """A cached model directory at `target`, written by `build_into(dir)` on first use.
 
-    It is built in a staging folder and renamed into place, so a reader never sees half a model and
-    several processes may race: when another one publishes first, its copy is used."""
+    It is built in a staging folder and renamed into place, so a reader never sees half a model. Processes that
+    want the same directory at once take turns on a lock file beside it (`.<name>.lock`): the first builds it, the
+    others wait and use its copy instead of building their own (parallel test workers, several runs started
+    together). Where the file system refuses the lock they race instead: when another one publishes first, its
+    copy is used."""
     if (target / "config.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    with _build_lock(target):
+        if (target / "config.json").is_file():  # built by the process that held the lock
+            return target
+        return _build_into_place(target, build_into)
+
+
+@contextlib.contextmanager
+def _build_lock(target: Path) -> Iterator[None]:
+    """An exclusive lock on `.<target name>.lock` beside `target`, released when the block ends or the process dies
+    (`flock`); none where the file system does not support it."""
+    try:
+        handle = open(target.parent / f".{target.name}.lock", "a")  # noqa: SIM115 (held across the yield)
+    except OSError:
+        yield
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+
+
+def _build_into_place(target: Path, build_into: Callable[[Path], object]) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         build_into(staging / "model")

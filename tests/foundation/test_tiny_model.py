@@ -112,3 +112,38 @@ def test_a_text_option_trains_the_tokenizer_on_its_own_words() -> None:
     assert [len(plain.tokenize(word)) for word in ("pass", "bet")] == [1, 1]
     assert [len(named.tokenize(word)) for word in ("check", "bet", "fold", "call")] == [1, 1, 1, 1]
     assert len(plain.tokenize("call")) > 1  # the default's text never says it alone: the option's model differs
+
+
+_RACER = """
+import sys, time
+from pathlib import Path
+from strat.model.tiny import build_once
+
+target, log = Path(sys.argv[1]), Path(sys.argv[2])
+
+def build(out):
+    with log.open("a") as f:
+        f.write("built\\n")
+    time.sleep(1.0)  # long enough that the other process asks while this one builds
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+
+print(build_once(target, build))
+"""
+
+
+def test_processes_wanting_one_model_at_once_build_it_once(tmp_path: Path) -> None:
+    """Two processes ask for the same cached directory together: one builds it, the other waits on the lock and
+    gets that copy (parallel test workers and runs started together must not train the same warm start twice)."""
+    import subprocess
+    import sys
+
+    target, log = tmp_path / "cache" / "model-abc", tmp_path / "builds.log"
+    racers = [subprocess.Popen([sys.executable, "-c", _RACER, str(target), str(log)], stdout=subprocess.PIPE,
+                               text=True) for _ in range(2)]
+    printed = [racer.communicate(timeout=120)[0].strip() for racer in racers]
+    assert [racer.returncode for racer in racers] == [0, 0]
+    assert printed == [str(target)] * 2
+    assert log.read_text() == "built\n"
+    assert (target / "config.json").is_file()
+    assert not [p for p in target.parent.iterdir() if p.name.startswith(".model-abc-")], "a staging folder was left"
