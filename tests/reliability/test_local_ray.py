@@ -21,6 +21,7 @@ import ray
 from strat.process_env import DEFAULTS
 from strat.train.ray_node import start_ray
 
+pytestmark = pytest.mark.slow
 CLIENT_TIMEOUT_S = 120
 CLIENT = "import sys, ray; ray.init(address=sys.argv[1], log_to_driver=False); print('connected')"
 

@@ -15,6 +15,7 @@ from strat.config_loading import load_config
 from strat.engines import SamplingParams
 from strat.train.trainer import Trainer
 
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "kuhn_poker_tiny.yaml"
 REQUIRED = (

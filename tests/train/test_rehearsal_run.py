@@ -12,6 +12,7 @@ from strat.errors import ConfigError
 from strat.train import rehearsal
 from strat.train.trainer import Trainer
 
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = [
     "engine.backend=hf", "warm_start.enabled=false", "algorithm.groups_per_step=2", "algorithm.group_size=2",
