@@ -9,8 +9,8 @@ STRAT_EXTRA ?= cpu
 TORCH_INDEX ?=
 CONFIG      ?= configs/kuhn_poker_tiny.yaml
 PYTEST_ARGS ?=
-# pytest-xdist workers for make test / test-faults / test-all: whole test modules run side by side (--dist loadfile,
-# the longest modules first). 0 runs the tests in one process, in pytest's order.
+# pytest-xdist workers for make test: whole test modules run side by side (--dist loadfile, the longest modules
+# first); 17.8 -> 14.5 min on 2 cores (2026-12-07). 0 runs the tests in one process, in pytest's order.
 PYTEST_WORKERS ?= 2
 TRAIN_ARGS  ?=
 
@@ -18,7 +18,7 @@ BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(STRAT_EXTRA)
 PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 
-.PHONY: install test test-faults test-all train check bench bench-trl-env docs clean-venv
+.PHONY: install test test-faults train check bench bench-trl-env docs clean-venv
 
 install: $(STAMP)
 
@@ -41,12 +41,10 @@ test: install
 # The slow fault-injection tests (killed actors, SIGTERM/SIGKILL and resume) and the long
 # trainer-level loops (weight sync, multi-node, per-game two-step runs, card learning); 12 min in a CI run of
 # 2026-12-01 before the card-learning (~4 min) and no-spare-node (~2 min) tests; .ci/run runs it after make test.
+# In one process, in pytest's order: run in two workers (42.6 min for every test, 2026-12-07), the card-learning probe
+# failed, because the warm start it trains differs with what the process ran before it (docs/reliability.md).
 test-faults: install
-	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "faults or long" tests $(PYTEST_ARGS)
-
-# Both of the above in one parallel run (what .ci/run runs): the workers are kept busy to the end across both sets.
-test-all: install
-	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not bench" tests $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "faults or long" tests $(PYTEST_ARGS)
 
 check: install
 	$(BIN)/strat check $(CONFIG)
