@@ -10,7 +10,7 @@ TORCH_INDEX ?=
 CONFIG      ?= configs/kuhn_poker_tiny.yaml
 PYTEST_ARGS ?=
 # pytest-xdist workers for make test: whole test modules run side by side (--dist loadfile, the longest modules
-# first); 17.8 -> 14.5 min on 2 cores (2026-12-07). 0 runs the tests in one process, in pytest's order.
+# first); 17.8 -> 14.9 min on 2 cores (2026-12-07). 0 runs the tests in one process, in pytest's order.
 PYTEST_WORKERS ?= 2
 TRAIN_ARGS  ?=
 

@@ -2,6 +2,8 @@
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,9 +137,6 @@ print(build_once(target, build))
 def test_processes_wanting_one_model_at_once_build_it_once(tmp_path: Path) -> None:
     """Two processes ask for the same cached directory together: one builds it, the other waits on the lock and
     gets that copy (parallel test workers and runs started together must not train the same warm start twice)."""
-    import subprocess
-    import sys
-
     target, log = tmp_path / "cache" / "model-abc", tmp_path / "builds.log"
     racers = [subprocess.Popen([sys.executable, "-c", _RACER, str(target), str(log)], stdout=subprocess.PIPE,
                                text=True) for _ in range(2)]
