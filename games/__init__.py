@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from games.base import GameSpec, TextGameEnv
 from games.corpus import text_corpus
-from games.registry import belief_values, make, names, register, spec, text_options
+from games.registry import belief_values, make, moves_can_be_illegal, names, register, spec, text_options
 
 __all__ = [
-    "GameSpec", "TextGameEnv", "belief_values", "make", "names", "register", "spec", "text_corpus", "text_options",
+    "GameSpec", "TextGameEnv", "belief_values", "make", "moves_can_be_illegal",
+    "names", "register", "spec", "text_corpus", "text_options",
 ]

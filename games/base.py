@@ -152,6 +152,11 @@ class TextGameEnv(AECEnv, abc.ABC):
         """Names of the legal actions of `agent` (default: the agent to act)."""
         return [self.action_name(action, agent) for action in self.legal_actions(agent)]
 
+    def some_move_illegal(self) -> bool:
+        """Whether the agent to act has fewer legal moves than the game has moves (a taken cell, a full column, a
+        bid below the last): a decision where naming a legal move takes reading the state."""
+        return len(self.legal_actions(self.agent_selection)) < len(self.all_action_names())
+
     def action_from_name(self, name: str, agent: str | None = None) -> int | None:
         """The legal action that `name` spells (up to case and spacing), else None."""
         return self._legal_action_named(self._matcher.exact(name), agent)

@@ -3,6 +3,7 @@ entry-point group, and games registered in this process."""
 
 from __future__ import annotations
 
+import random
 from importlib.metadata import entry_points
 
 from games.bargaining import BargainingEnv
@@ -81,6 +82,20 @@ def text_options(name: str) -> tuple[str, ...]:
 def spec(name: str, **options: int | float | str | bool) -> GameSpec:
     """The GameSpec of game `name` with `options`."""
     return make(name, **options).spec
+
+
+def moves_can_be_illegal(name: str, tries: int = 20, **options: int | float | str | bool) -> bool:
+    """Whether some decision of game `name` leaves one of its moves illegal (`TextGameEnv.some_move_illegal`), found
+    in `tries` seeded uniformly random games: false for Kuhn poker, where both moves are always legal."""
+    env = make(name, **options)
+    rng = random.Random(0)
+    for game in range(tries):
+        env.reset(seed=game)
+        while not env.pyspiel_state.is_terminal():
+            if env.some_move_illegal():
+                return True
+            env.step(rng.choice(env.legal_actions(env.agent_selection)))
+    return False
 
 
 def belief_values(name: str) -> BeliefValues | None:

@@ -105,6 +105,8 @@ WarmStartPlayer = Literal["random", "heuristic", "contrarian", "timid", "bully",
 WEAK_PLAYERS: tuple[str, ...] = get_args(WarmStartPlayer)
 MoveTarget = Literal["drawn", "legal"]
 """What a warm start's move example learns (`WarmStartConfig.move_target`)."""
+MovePoints = Literal["any", "some_illegal"]
+"""Where a warm start's move example is drawn (`WarmStartConfig.move_points`)."""
 """Scripted players whose play a warm start may imitate; equilibrium and minimax would teach strategy, not format."""
 
 
@@ -212,6 +214,14 @@ class WarmStartConfig(_Section):
     never which to play. In tic-tac-toe `legal` lifted the legal mass at the first mention from 0.822 to 0.998 and
     free-play validity from 59% to 92% (docs/results.md); `drawn`, the default, keeps earlier warm starts' cache
     keys and recorded commands."""
+    move_points: MovePoints = "any"
+    """Where a move example (`move_examples`) is taken in its random game: `any`, a uniformly drawn decision; or
+    `some_illegal`, a uniformly drawn decision where at least one of the game's moves is illegal (a full column, a
+    taken cell), the decisions the board probe asks about, where reading the board is what names a legal move. In
+    Connect Four only about one decision in eight of a random game has a full column, so with `any` most move
+    examples teach nothing about the board; in tic-tac-toe every decision after the first has a taken cell. A game
+    where every move is always legal (Kuhn poker) is refused. `any`, the default, keeps earlier warm starts' cache
+    keys."""
 
 
 class EngineConfig(_Section):
@@ -1025,9 +1035,15 @@ def cross_check(config: ExperimentConfig) -> None:
     if config.warm_start.name_legal_moves and not spec.perfect_information:
         raise ConfigError(f"warm_start.name_legal_moves: {game} has private information; the legal moves are listed"
                           " only in perfect-information games (tic_tac_toe, connect_four)")
-    if config.warm_start.move_target != "drawn" and not config.warm_start.move_examples:
-        raise ConfigError(f"warm_start.move_target={config.warm_start.move_target}: it applies to move examples; set"
-                          " warm_start.move_examples (e.g. 8000) as well")
+    for key, default in (("move_target", "drawn"), ("move_points", "any")):
+        value = getattr(config.warm_start, key)
+        if value != default and not config.warm_start.move_examples:
+            raise ConfigError(f"warm_start.{key}={value}: it applies to move examples; set warm_start.move_examples"
+                              " (e.g. 8000) as well")
+    if config.warm_start.move_points == "some_illegal" and not games.moves_can_be_illegal(
+            config.game.name, **config.game.options):
+        raise ConfigError(f"warm_start.move_points=some_illegal: every move of {game} is legal at every decision, so"
+                          " no move example could be drawn; use move_points=any")
     _check_pretrain(config, game)
     _check_held_out(config, game, allowed)
     try:

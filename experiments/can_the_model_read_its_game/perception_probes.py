@@ -195,15 +195,13 @@ def board_decisions(game: str, count: int, seed: int, options: Mapping[str, obje
             return
         env = games.make(game, **dict(options or {}))
         env.reset(seed=seed * 1_000_003 + deal)
-        total = len(env.all_action_names())
         candidates = []
         for ply in itertools.count():
             if env.pyspiel_state.is_terminal():
                 break
-            legal = env.legal_actions(env.agent_selection)
-            if (where(env) if where is not None else ply >= 1 and len(legal) < total):
+            if (where(env) if where is not None else ply >= 1 and env.some_move_illegal()):
                 candidates.append(env.clone())
-            env.step(rng.choice(legal))
+            env.step(rng.choice(env.legal_actions(env.agent_selection)))
         if candidates:
             produced += 1
             yield rng.choice(candidates)

@@ -132,7 +132,7 @@ def warm_start_settings(config: ExperimentConfig) -> WarmStartSettings:
         max_seconds=warm.max_seconds, seed=warm.seed, depth=config.reasoning.depth, player=warm.player,
         game_options=tuple(sorted(config.game.options.items())), rules_examples=warm.rules_examples,
         name_legal_moves=warm.name_legal_moves, move_examples=warm.move_examples, context_loss=warm.context_loss,
-        move_target=warm.move_target,
+        move_target=warm.move_target, move_points=warm.move_points,
     )
 
 

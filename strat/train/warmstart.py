@@ -30,7 +30,7 @@ from strat.algorithm.reasoning import (
     section_occurrences,
 )
 from strat.algorithm.records import Sections
-from strat.config import WEAK_PLAYERS, MoveTarget
+from strat.config import WEAK_PLAYERS, MovePoints, MoveTarget
 from strat.engines import SamplingParams, build_engine
 from strat.model.tiny import cache_dir
 from strat.train import supervised
@@ -219,29 +219,47 @@ def first_mention(response: str, name: str, depth: int) -> tuple[str, bool]:
 MOVE_TARGETS: tuple[str, ...] = get_args(MoveTarget)
 """`WarmStartSettings.move_target`: a move example learns the drawn move's name (`drawn`), or the uniform distribution
 over the legal moves' names (`legal`: the drawn target's expectation, without its sampling noise)."""
+MOVE_POINTS: tuple[str, ...] = get_args(MovePoints)
+"""`WarmStartSettings.move_points`: a move example is taken at a uniformly drawn decision of its random game (`any`),
+or at one where some move is illegal (`some_illegal`: `TextGameEnv.some_move_illegal`)."""
+MOVE_GAMES_WITHOUT_A_POINT = 1000
+"""`move_examples` gives up after this many random games in a row without a decision where some move is illegal."""
 
 
 def move_examples(game: str, depth: int, count: int, seed: int, options: GameOptions = (),
-                  name_legal: bool = False, target: str = "drawn") -> list[Example]:
+                  name_legal: bool = False, target: str = "drawn", points: str = "any") -> list[Example]:
     """`count` examples of naming a legal move where the response chooses its move: at a uniformly drawn decision
     point of each of `count` uniformly random games, the prompt, and a response templated for a uniformly drawn
     legal move cut at its first mention (`first_mention`) as a `PartialReply` whose target is that move's name; with
     `target="legal"` the reply also carries every legal move's name as `drawn_from` (the text before the first mention
-    does not depend on the move), so the fit learns their uniform distribution there.
+    does not depend on the move), so the fit learns their uniform distribution there. With `points="some_illegal"`
+    the decision is drawn among those where some move is illegal, and a game without one is skipped (a `ValueError`
+    after `MOVE_GAMES_WITHOUT_A_POINT` in a row).
 
     Which legal move is drawn at random, so the examples teach which moves are legal in a state (read from the
     prompt), never which to choose. The games, the draws and the phrasing come from one stream seeded by `seed`, apart
     from the transcripts' and the board probe's games."""
     rng = random.Random(f"move-examples-{seed}")
     env = games.make(game, **dict(options))
+    if points not in MOVE_POINTS:
+        raise ValueError(f"move-example points {points!r} is not one of {', '.join(MOVE_POINTS)}")
     examples: list[Example] = []
+    missed = 0
     while len(examples) < count:
         env.reset(seed=rng.getrandbits(31))
-        points = []
+        decisions = []
         while not env.pyspiel_state.is_terminal():
-            points.append(env.clone())
+            if points == "any" or env.some_move_illegal():
+                decisions.append(env.clone())
             env.step(rng.choice(env.legal_actions(env.agent_selection)))
-        state = rng.choice(points)
+        if not decisions:
+            missed += 1
+            if missed >= MOVE_GAMES_WITHOUT_A_POINT:
+                raise ValueError(f"move examples of {game}: no decision with an illegal move in {missed} random games"
+                                 " in a row; use points='any'")
+            continue
+        missed = 0
+        state = rng.choice(decisions)
         agent = state.agent_selection
         move = rng.choice(state.legal_actions(agent))
         name = state.action_name(move, agent)
@@ -335,6 +353,9 @@ class WarmStartSettings:
     move_target: str = "drawn"
     """What a move example learns (`MOVE_TARGETS`): the drawn legal move's name, or the uniform distribution over
     every legal move's name (`legal`)."""
+    move_points: str = "any"
+    """Where a move example is taken (`MOVE_POINTS`): any decision of its random game, or one where some move is
+    illegal (`some_illegal`)."""
 
     def __post_init__(self) -> None:
         _check_player(self.player)
@@ -351,6 +372,8 @@ class WarmStartSettings:
                 raise ValueError(f"warm-start {name} must be >= 1, got {getattr(self, name)}")
         if self.move_target not in MOVE_TARGETS:
             raise ValueError(f"warm-start move_target {self.move_target!r} is not one of {', '.join(MOVE_TARGETS)}")
+        if self.move_points not in MOVE_POINTS:
+            raise ValueError(f"warm-start move_points {self.move_points!r} is not one of {', '.join(MOVE_POINTS)}")
         if not self.context_loss >= 0:
             raise ValueError(f"warm-start context_loss must be >= 0, got {self.context_loss}")
         if not self.lr > 0 or not self.max_seconds > 0:
@@ -388,7 +411,8 @@ def warm_start_examples(game: str, settings: WarmStartSettings) -> list[Example]
         examples += pretrain_examples(game, corpus)
     if settings.move_examples:
         examples += move_examples(game, settings.depth, settings.move_examples, settings.seed,
-                                  settings.game_options, settings.name_legal_moves, settings.move_target)
+                                  settings.game_options, settings.name_legal_moves, settings.move_target,
+                                  settings.move_points)
     return examples
 
 
@@ -406,6 +430,8 @@ def _cache_key(model_dir: Path, game: str, settings: WarmStartSettings, examples
         del fields["context_loss"]
     if settings.move_target == "drawn":  # and those whose move examples learn the drawn move
         del fields["move_target"]
+    if settings.move_points == "any":  # and those whose move examples may be at any decision
+        del fields["move_points"]
     return supervised.cache_key(model_dir, {"version": WARM_VERSION, "game": game, "settings": fields,
                                             "transcripts": supervised.examples_hash(examples)})
 

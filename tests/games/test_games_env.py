@@ -110,6 +110,24 @@ def test_illegal_action_is_refused():
         env.step(4)
 
 
+def test_a_decision_with_an_illegal_move_is_found_where_there_is_one():
+    """`some_move_illegal`: the empty tic-tac-toe board leaves all nine cells legal, one move takes one; Connect Four
+    is false until a column fills (six pieces in it). `moves_can_be_illegal`: false only for Kuhn poker, where pass
+    and bet are legal at every decision."""
+    env = games.make("tic_tac_toe")
+    assert not env.some_move_illegal()
+    env.step(4)
+    assert env.some_move_illegal()
+    four = games.make("connect_four")
+    for _ in range(5):
+        four.step(3)
+        assert not four.some_move_illegal()
+    four.step(3)
+    assert four.some_move_illegal() and 3 not in four.legal_actions()
+    assert [name for name in games.names() if not games.moves_can_be_illegal(name)] == ["kuhn_poker"]
+    assert not games.moves_can_be_illegal("kuhn_poker", players=3)
+
+
 def test_registry_names_and_errors():
     assert games.names() == sorted(
         ["bargaining", "connect_four", "kuhn_poker", "leduc_poker", "liars_dice", "tic_tac_toe"]

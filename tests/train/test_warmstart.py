@@ -440,7 +440,7 @@ def test_rules_examples_are_mixed_into_the_warm_start_and_keep_old_keys(tiny_mod
     assert mixed[len(base):] == pretrain_examples("tic_tac_toe", PretrainSettings(examples=12, seed=1))
     fields = {k: v for k, v in asdict(plain).items()
               if k not in ("game_options", "rules_examples", "name_legal_moves", "move_examples", "context_loss",
-                            "move_target")}
+                            "move_target", "move_points")}
     before = supervised.cache_key(tiny_model_dir, {"version": WARM_VERSION, "game": "tic_tac_toe", "settings": fields,
                                                    "transcripts": supervised.examples_hash(base)})
     assert _cache_key(tiny_model_dir, "tic_tac_toe", plain, base) == before
@@ -681,6 +681,44 @@ def test_move_target_legal_gives_every_legal_move_as_a_candidate(tiny_model_dir:
     assert warm_start_settings(config).move_target == "legal"
     with pytest.raises(ConfigError, match="warm_start.move_target=legal: it applies to move examples"):
         load_config(root / "tic_tac_toe_tiny.yaml", ["warm_start.move_target=legal"])
+
+
+def test_move_points_some_illegal_draws_only_decisions_where_a_move_is_illegal(tiny_model_dir: Path) -> None:
+    """`move_points="some_illegal"`: every Connect Four move example is at a decision with a full column (fewer than
+    its seven moves legal, read from the example's own candidates), where `any` draws mostly decisions without one; a
+    game whose moves are always legal (Kuhn poker) is refused by the function and by the config, as the key is without
+    move examples; `any` keeps the examples and the cache key, `some_illegal` changes the key."""
+    from strat.config import ConfigError
+    from strat.config_loading import load_config
+    from strat.train.settings import warm_start_settings
+    from strat.train.warmstart import _cache_key, move_examples, warm_start_examples
+
+    anywhere = move_examples("connect_four", 2, 40, seed=3, target="legal")
+    assert move_examples("connect_four", 2, 40, seed=3, target="legal", points="any") == anywhere
+    assert sum(len(reply.drawn_from) == 7 for _, reply in anywhere) > 20  # most random decisions: every column open
+    constrained = move_examples("connect_four", 2, 40, seed=3, target="legal", points="some_illegal")
+    assert len(constrained) == 40
+    for messages, reply in constrained:
+        legal = messages[-1]["content"].split("Legal actions: ")[1].splitlines()[0].split(", ")
+        assert 1 <= len(legal) < 7 and len(reply.drawn_from) == len(legal)
+    with pytest.raises(ValueError, match="no decision with an illegal move in 1000 random games"):
+        move_examples("kuhn_poker", 1, 2, seed=0, points="some_illegal")
+    with pytest.raises(ValueError, match="move_points 'late' is not one of any, some_illegal"):
+        WarmStartSettings(move_points="late")
+
+    plain = WarmStartSettings(episodes=2, depth=2, move_examples=5)
+    some = WarmStartSettings(episodes=2, depth=2, move_examples=5, move_points="some_illegal")
+    assert _cache_key(tiny_model_dir, "tic_tac_toe", plain, warm_start_examples("tic_tac_toe", plain)) != _cache_key(
+        tiny_model_dir, "tic_tac_toe", some, warm_start_examples("tic_tac_toe", some))
+    root = Path(__file__).resolve().parents[2] / "configs"
+    config = load_config(root / "connect_four_tiny.yaml", ["warm_start.move_examples=50",
+                         "warm_start.move_points=some_illegal", "game.options.column_numbers=open"])
+    assert warm_start_settings(config).move_points == "some_illegal"
+    with pytest.raises(ConfigError, match="warm_start.move_points=some_illegal: it applies to move examples"):
+        load_config(root / "connect_four_tiny.yaml", ["warm_start.move_points=some_illegal"])
+    with pytest.raises(ConfigError, match="every move of kuhn_poker is legal at every decision"):
+        load_config(root / "kuhn_poker_tiny.yaml",
+                    ["warm_start.move_examples=50", "warm_start.move_points=some_illegal"])
 
 
 def test_a_warm_start_with_soft_move_targets_trains(tiny_model_dir: Path, tmp_path: Path) -> None:
