@@ -103,11 +103,11 @@ class ModelConfig(_Section):
 
 WarmStartPlayer = Literal["random", "heuristic", "contrarian", "timid", "bully", "station", "reader"]
 WEAK_PLAYERS: tuple[str, ...] = get_args(WarmStartPlayer)
+"""Scripted players whose play a warm start may imitate; equilibrium and minimax would teach strategy, not format."""
 MoveTarget = Literal["drawn", "legal"]
 """What a warm start's move example learns (`WarmStartConfig.move_target`)."""
 MovePoints = Literal["any", "some_illegal"]
 """Where a warm start's move example is drawn (`WarmStartConfig.move_points`)."""
-"""Scripted players whose play a warm start may imitate; equilibrium and minimax would teach strategy, not format."""
 
 
 TINY_WARM_START_LR = 1e-2
